@@ -1,0 +1,78 @@
+// Run-time to compile-time dispatch, in one place.
+//
+// CONFIG_LIST is the explicit product of the tile configs that get compiled.
+// The wheel compiles a small default list; building with LINREC_CONFIGS=full
+// (setup.py defines LINREC_FULL_CONFIGS) compiles the whole tuning product.
+// `dispatch_config` turns a run-time TileConfig into a call of a template
+// instantiated for it; `select_config` is the one rule mapping a shape to a kernel.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+
+#include "config.h"
+
+namespace linrec {
+
+// Every combination of the given axes, in row-major order.
+template <std::size_t NE, std::size_t NT, std::size_t NM, std::size_t NA>
+constexpr auto product(std::array<int, NE> elems, std::array<int, NT> threads,
+                       std::array<MemCode, NM> memcodes, std::array<AlgoCode, NA> algocodes) {
+  std::array<TileConfig, NE * NT * NM * NA> out{};
+  std::size_t i = 0;
+  for (int e : elems)
+    for (int t : threads)
+      for (MemCode m : memcodes)
+        for (AlgoCode a : algocodes) out[i++] = TileConfig{e, t, m, a};
+  return out;
+}
+
+#if defined(LINREC_FULL_CONFIGS)
+constexpr auto CONFIG_LIST = product(
+    std::array{2, 4, 8, 16}, std::array{32, 64, 128, 256, 512, 1024},
+    std::array{MemCode::kDirect, MemCode::kVector, MemCode::kCoalesced},
+    std::array{AlgoCode::kLoadStore, AlgoCode::kThread, AlgoCode::kWarp, AlgoCode::kBlock});
+#else
+constexpr auto CONFIG_LIST = product(
+    std::array{4, 8, 16}, std::array{64, 256, 1024},
+    std::array{MemCode::kDirect, MemCode::kVector, MemCode::kCoalesced},
+    std::array{AlgoCode::kBlock});
+#endif
+
+// Calls fn.template operator()<C>() for the compiled config C equal to `config`.
+template <auto kList = CONFIG_LIST, std::size_t I = 0, typename Fn>
+void dispatch_config(const TileConfig& config, Fn&& fn, const char* kernel_name) {
+  if constexpr (I < kList.size()) {
+    constexpr TileConfig kConfig = kList[I];
+    if (config == kConfig) {
+      fn.template operator()<kConfig>();
+      return;
+    }
+    dispatch_config<kList, I + 1>(config, static_cast<Fn&&>(fn), kernel_name);
+  } else {
+    throw std::invalid_argument(std::string("linrec: ") + kernel_name + " is not compiled for " +
+                                config.to_string() +
+                                "; see linrec.compiled_configs(), or build with LINREC_CONFIGS=full");
+  }
+}
+
+// The shape -> kernel rule used when the caller asks for KernelKind::kAuto.
+// Derived from `python -m linrec.tune` on an H100 (see README, "Tuning").
+struct KernelChoice {
+  KernelKind kind;
+  TileConfig config;
+};
+
+inline KernelChoice select_config(int64_t seq_len, bool unit_elem_stride) {
+  // Sequences strided along their length (channel-last data scanned over T):
+  // one thread per sequence, neighbouring threads on neighbouring channels, so
+  // every load of a warp is coalesced.
+  if (!unit_elem_stride) return {KernelKind::kRef, {}};
+  if (seq_len <= 4 * 64) return {KernelKind::kTile, {4, 64, MemCode::kVector, AlgoCode::kBlock}};
+  if (seq_len <= 4 * 256) return {KernelKind::kTile, {4, 256, MemCode::kVector, AlgoCode::kBlock}};
+  if (seq_len <= 8 * 1024) return {KernelKind::kTile, {8, 1024, MemCode::kVector, AlgoCode::kBlock}};
+  return {KernelKind::kPipe, {8, 256, MemCode::kVector, AlgoCode::kBlock}};
+}
+
+}  // namespace linrec

@@ -1,0 +1,27 @@
+// Host-side entry points of every kernel. Implemented in csrc/kernels/*.cpp|*.cu;
+// called by csrc/ops.cpp. Torch-free on purpose: only params.h and config.h types.
+#pragma once
+#include "../config.h"
+#include "../params.h"
+
+namespace linrec {
+
+// CPU: sequential scan per sequence, sequences in parallel (cpu_kernels.cpp).
+void cpu_fwd(const ForwardParams& p, DType dtype);
+void cpu_bwd(const BackwardParams& p, DType dtype);
+
+#if defined(LINREC_WITH_CUDA)
+// CUDA (kernels/*.cu). `stream` is a cudaStream_t. The TileConfig is ignored by ref.
+void cuda_fwd(const ForwardParams& p, DType dtype, KernelKind kind, const TileConfig& config,
+              void* stream);
+void cuda_bwd(const BackwardParams& p, DType dtype, KernelKind kind, const TileConfig& config,
+              void* stream);
+// Registers, local (spill) and shared memory of one compiled kernel, from
+// cudaFuncGetAttributes: {num_regs, local_bytes, static_shared_bytes, max_threads}.
+struct FuncAttrs {
+  int num_regs, local_bytes, shared_bytes, max_threads;
+};
+FuncAttrs cuda_func_attrs(DType dtype, KernelKind kind, bool backward, const TileConfig& config);
+#endif
+
+}  // namespace linrec

@@ -1,0 +1,78 @@
+// The Python module linrec._C, written against the limited API (abi3). The ops
+// register themselves through STABLE_TORCH_LIBRARY when this module loads;
+// the module itself only reports what this build contains.
+#include <Python.h>
+
+#include "dispatch.h"
+#include "kernels/launch.h"
+
+#ifndef LINREC_CUDA_VERSION
+#define LINREC_CUDA_VERSION ""
+#endif
+#ifndef LINREC_CUDA_ARCHS
+#define LINREC_CUDA_ARCHS ""
+#endif
+
+namespace {
+
+PyObject* compiled_configs(PyObject*, PyObject*) {
+  PyObject* list = PyList_New(0);
+  if (!list) return nullptr;
+#if !defined(LINREC_WITH_CUDA)
+  return list;  // the configs are those of the CUDA tile and pipe kernels
+#endif
+  for (const linrec::TileConfig& c : linrec::CONFIG_LIST) {
+    PyObject* item = Py_BuildValue("(iiii)", c.elems_per_thread, c.threads_per_block,
+                                   static_cast<int>(c.memcode), static_cast<int>(c.algocode));
+    if (!item || PyList_Append(list, item) < 0) {
+      Py_XDECREF(item);
+      Py_DECREF(list);
+      return nullptr;
+    }
+    Py_DECREF(item);
+  }
+  return list;
+}
+
+PyObject* build_info(PyObject*, PyObject*) {
+#if defined(LINREC_WITH_CUDA)
+  PyObject* has_cuda = Py_True;
+#else
+  PyObject* has_cuda = Py_False;
+#endif
+  return Py_BuildValue("{sOssss}", "cuda", has_cuda, "cuda_version", LINREC_CUDA_VERSION, "cuda_archs",
+                       LINREC_CUDA_ARCHS);
+}
+
+#if defined(LINREC_WITH_CUDA)
+// func_attrs(dtype, kind, backward, elems_per_thread, threads_per_block, memcode, algocode)
+PyObject* func_attrs(PyObject*, PyObject* args) {
+  int dtype, kind, backward, e, t, m, a;
+  if (!PyArg_ParseTuple(args, "iipiiii", &dtype, &kind, &backward, &e, &t, &m, &a)) return nullptr;
+  try {
+    const linrec::FuncAttrs r = linrec::cuda_func_attrs(
+        static_cast<linrec::DType>(dtype), static_cast<linrec::KernelKind>(kind), backward != 0,
+        linrec::TileConfig{e, t, static_cast<linrec::MemCode>(m), static_cast<linrec::AlgoCode>(a)});
+    return Py_BuildValue("{sisisisi}", "num_regs", r.num_regs, "local_bytes", r.local_bytes, "shared_bytes",
+                         r.shared_bytes, "max_threads", r.max_threads);
+  } catch (const std::exception& ex) {
+    PyErr_SetString(PyExc_RuntimeError, ex.what());
+    return nullptr;
+  }
+}
+#endif
+
+PyMethodDef methods[] = {
+    {"compiled_configs", compiled_configs, METH_NOARGS,
+     "The compiled TileConfigs as (elems_per_thread, threads_per_block, memcode, algocode)."},
+    {"build_info", build_info, METH_NOARGS, "What this build contains: CUDA or not, its version and archs."},
+#if defined(LINREC_WITH_CUDA)
+    {"func_attrs", func_attrs, METH_VARARGS, "cudaFuncGetAttributes of one compiled kernel."},
+#endif
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", "linrec compiled kernels", -1, methods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__C(void) { return PyModule_Create(&module_def); }

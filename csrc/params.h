@@ -1,0 +1,84 @@
+// Plain parameter structs between the torch-facing op (ops.cpp) and the kernels.
+// Kernels never see torch types: everything they need is in these structs.
+#pragma once
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define LINREC_HD __host__ __device__ __forceinline__
+#define LINREC_UNROLL _Pragma("unroll")
+#else
+#define LINREC_HD inline
+#define LINREC_UNROLL
+#endif
+
+namespace linrec {
+
+// Sequence dimensions left after merging adjacent dims whose strides allow it.
+// More than this after merging is an exotic layout: the op copies it instead.
+constexpr int kMaxSeqDims = 6;
+
+// Maps a sequence number n in [0, num_seqs) to an element offset in each of
+// kTensors tensors that share one shape but may have different strides
+// (broadcast tensors have stride 0). The scan dim is not among `sizes`: the
+// element l of sequence n of tensor t is at offset(n)[t] + l * elem_strides[t].
+template <int kTensors>
+struct SeqIndexer {
+  int num_dims = 0;
+  int64_t sizes[kMaxSeqDims] = {};
+  int64_t seq_strides[kTensors][kMaxSeqDims] = {};
+  int64_t elem_strides[kTensors] = {};
+
+  LINREC_HD void offsets(int64_t n, int64_t (&out)[kTensors]) const {
+LINREC_UNROLL
+    for (int t = 0; t < kTensors; ++t) out[t] = 0;
+LINREC_UNROLL
+    for (int k = kMaxSeqDims - 1; k >= 0; --k) {
+      if (k < num_dims) {
+        const int64_t i = n % sizes[k];
+        n /= sizes[k];
+LINREC_UNROLL
+        for (int t = 0; t < kTensors; ++t) out[t] += i * seq_strides[t][k];
+      }
+    }
+  }
+};
+
+// Tensor slots of the forward: y[l] = c[l] * y[l-1] + x[l], y[-1] = initial.
+enum FwdSlot : int { kFwdInputs, kFwdCoeffs, kFwdOutputs, kFwdInitial, kNumFwdSlots };
+
+// Tensor slots of the fused backward.
+enum BwdSlot : int {
+  kBwdDOutputs, kBwdCoeffs, kBwdOutputs, kBwdInitial,  // read
+  kBwdDInputs, kBwdDCoeffs, kBwdDInitial,              // written
+  kNumBwdSlots
+};
+
+struct ForwardParams {
+  SeqIndexer<kNumFwdSlots> index;
+  int64_t num_seqs = 0;
+  int64_t seq_len = 0;
+  bool reverse = false;
+  const void* inputs = nullptr;
+  const void* coeffs = nullptr;
+  const void* initial = nullptr;  // nullptr: the state starts at zero
+  void* outputs = nullptr;
+};
+
+struct BackwardParams {
+  SeqIndexer<kNumBwdSlots> index;
+  int64_t num_seqs = 0;
+  int64_t seq_len = 0;
+  bool reverse = false;
+  const void* d_outputs = nullptr;
+  const void* coeffs = nullptr;
+  const void* outputs = nullptr;
+  const void* initial = nullptr;  // nullptr: the state started at zero
+  void* d_inputs = nullptr;
+  void* d_coeffs = nullptr;
+  void* d_initial = nullptr;
+};
+
+// Storage dtypes; arithmetic is float32 for the 16-bit types.
+enum class DType : int { kFloat32, kFloat64, kFloat16, kBFloat16 };
+
+}  // namespace linrec

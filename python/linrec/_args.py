@@ -1,0 +1,84 @@
+"""Argument checking and broadcasting shared by every implementation.
+
+Each implementation receives (inputs, coeffs, initial, dim) in the same
+normalised form: coeffs and initial expanded (views, no copies) to the shapes
+they must have, dim non-negative. Errors name the argument at fault.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import torch
+
+SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def _check_dtype(name: str, t: torch.Tensor) -> None:
+    if t.dtype not in SUPPORTED_DTYPES:
+        raise ValueError(
+            f"linrec: {name} has dtype {t.dtype}; expected one of float32, float64, float16, bfloat16"
+        )
+
+
+def _as_tensor(name: str, value, like: torch.Tensor) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        _check_dtype(name, value)
+        if value.device != like.device:
+            if value.dim() == 0 and value.device.type == "cpu":
+                return value.to(device=like.device, dtype=like.dtype)
+            raise ValueError(f"linrec: {name} is on {value.device} but inputs is on {like.device}")
+        return value.to(like.dtype)
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return torch.tensor(float(value), dtype=like.dtype, device=like.device)
+    raise ValueError(f"linrec: {name} must be a tensor or a real number, got {type(value).__name__}")
+
+
+def state_shape(shape: torch.Size, dim: int) -> torch.Size:
+    """The shape of the recurrent state: `shape` without `dim`."""
+    return shape[:dim] + shape[dim + 1 :]
+
+
+def normalize(inputs, coeffs, initial, dim: int):
+    """Check the arguments of linrec and bring them into the form every implementation takes.
+
+    Returns (inputs, coeffs, initial, dim) with coeffs expanded to inputs.shape, initial
+    expanded to inputs.shape without dim (or None) and dim in [0, inputs.dim()).
+    """
+    if not isinstance(inputs, torch.Tensor):
+        raise ValueError(f"linrec: inputs must be a tensor, got {type(inputs).__name__}")
+    _check_dtype("inputs", inputs)
+    if inputs.dim() == 0:
+        raise ValueError("linrec: inputs must have at least one dimension (the sequence)")
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise ValueError(f"linrec: dim must be an int, got {type(dim).__name__}")
+    if not -inputs.dim() <= dim < inputs.dim():
+        raise ValueError(f"linrec: dim={dim} is out of range for inputs with {inputs.dim()} dimensions")
+    dim = dim % inputs.dim()
+
+    coeffs = _as_tensor("coeffs", coeffs, inputs)
+    try:
+        shape = torch.broadcast_shapes(coeffs.shape, inputs.shape)
+    except RuntimeError:
+        shape = None
+    if shape != inputs.shape:
+        raise ValueError(
+            f"linrec: coeffs of shape {tuple(coeffs.shape)} does not broadcast to inputs of shape "
+            f"{tuple(inputs.shape)}"
+        )
+    coeffs = coeffs.expand(inputs.shape)
+
+    if initial is not None:
+        initial = _as_tensor("initial", initial, inputs)
+        want = state_shape(inputs.shape, dim)
+        try:
+            ok = torch.broadcast_shapes(initial.shape, want) == want
+        except RuntimeError:
+            ok = False
+        if not ok:
+            raise ValueError(
+                f"linrec: initial of shape {tuple(initial.shape)} does not broadcast to {tuple(want)}, "
+                f"the shape of inputs {tuple(inputs.shape)} without dim={dim}"
+            )
+        initial = initial.expand(want)
+    return inputs, coeffs, initial, dim

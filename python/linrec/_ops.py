@@ -1,0 +1,56 @@
+"""Python side of the compiled ops linrec::linrec_fwd and linrec::linrec_bwd.
+
+The schemas live in C++ (csrc/ops.cpp). Here: fake kernels, so torch.compile
+traces the ops with no graph break, and autograd, whose backward calls the
+fused backward op.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _C  # noqa: F401  (loading it registers the ops)
+
+fwd_op = torch.ops.linrec.linrec_fwd
+bwd_op = torch.ops.linrec.linrec_bwd
+
+
+@torch.library.register_fake("linrec::linrec_fwd")
+def _fwd_fake(inputs, coeffs, initial, dim, reverse, kernel, elems_per_thread, threads_per_block, memcode,
+              algocode):
+    return torch.empty_like(inputs)
+
+
+@torch.library.register_fake("linrec::linrec_bwd")
+def _bwd_fake(d_outputs, coeffs, outputs, initial, dim, reverse, kernel, elems_per_thread,
+              threads_per_block, memcode, algocode):
+    dim = dim % d_outputs.dim()
+    state = d_outputs.shape[:dim] + d_outputs.shape[dim + 1:]
+    return torch.empty_like(d_outputs), torch.empty_like(d_outputs), d_outputs.new_empty(state)
+
+
+def _setup_context(ctx, inputs, output):
+    _, coeffs, initial, *config = inputs
+    ctx.config = config  # dim, reverse, kernel, elems_per_thread, threads_per_block, memcode, algocode
+    ctx.has_initial = initial is not None
+    ctx.save_for_backward(coeffs, output, initial)
+
+
+def _backward(ctx, d_outputs):
+    coeffs, outputs, initial = ctx.saved_tensors
+    d_inputs, d_coeffs, d_initial = bwd_op(d_outputs, coeffs, outputs, initial, *ctx.config)
+    return d_inputs, d_coeffs, (d_initial if ctx.has_initial else None), *([None] * len(ctx.config))
+
+
+torch.library.register_autograd("linrec::linrec_fwd", _backward, setup_context=_setup_context)
+
+
+# The `kernel` argument of the ops.
+KERNEL_AUTO, KERNEL_REF, KERNEL_TILE, KERNEL_PIPE = 0, 1, 2, 3
+
+
+def call_compiled(inputs, coeffs, initial, dim, reverse, kernel=KERNEL_AUTO, elems_per_thread=0,
+                  threads_per_block=0, memcode=0, algocode=3):
+    """Run the compiled op on arguments already checked by _args.normalize."""
+    return fwd_op(inputs, coeffs, initial, dim, bool(reverse), kernel, elems_per_thread, threads_per_block,
+                  memcode, algocode)

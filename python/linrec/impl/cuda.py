@@ -1,0 +1,43 @@
+"""The compiled CUDA kernels, one function per kernel family.
+
+Each has the signature of linrec.linrec plus keyword config arguments that pick
+one compiled TileConfig (see linrec.compiled_configs()). The config reaches the
+op as plain ints, so torch.compile traces these calls like any other.
+
+- linrec_ref: one thread per sequence, walking it step by step.
+- linrec_tile: one thread block scans a whole sequence held in registers
+  (at most elems_per_thread * threads_per_block elements).
+- linrec_pipe: the tile scan over consecutive tiles with a carry: any length.
+"""
+
+from __future__ import annotations
+
+from .._args import normalize
+from .._ops import KERNEL_PIPE, KERNEL_REF, KERNEL_TILE, call_compiled
+
+
+def _check_cuda(inputs):
+    if not inputs.is_cuda:
+        raise ValueError(f"linrec.impl.cuda: inputs must be a CUDA tensor, got one on {inputs.device}")
+
+
+def linrec_ref(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
+    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim)
+    _check_cuda(inputs)
+    return call_compiled(inputs, coeffs, initial, dim, reverse, KERNEL_REF)
+
+
+def linrec_tile(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems_per_thread=8,
+                threads_per_block=1024, memcode=1, algocode=3):
+    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim)
+    _check_cuda(inputs)
+    return call_compiled(inputs, coeffs, initial, dim, reverse, KERNEL_TILE, elems_per_thread,
+                         threads_per_block, memcode, algocode)
+
+
+def linrec_pipe(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems_per_thread=8,
+                threads_per_block=256, memcode=1, algocode=3):
+    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim)
+    _check_cuda(inputs)
+    return call_compiled(inputs, coeffs, initial, dim, reverse, KERNEL_PIPE, elems_per_thread,
+                         threads_per_block, memcode, algocode)

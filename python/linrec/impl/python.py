@@ -1,0 +1,100 @@
+"""Reference implementations in plain PyTorch.
+
+linrec_ref walks the sequence in a Python loop: obviously correct, slow.
+linrec_hop computes the same with torch's associative_scan higher-order op over
+pairs (c, y) combined as (c1, y1) . (c2, y2) = (c1 * c2, c2 * y1 + y2). Its
+backward is written out (an autograd.Function), because autograd through the
+HOP costs O(L^2).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .._args import normalize
+
+
+def linrec_ref(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
+    """y[l] = coeffs[l] * y[l-1] + inputs[l] along dim, one step at a time."""
+    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim)
+    x = inputs.movedim(dim, -1)
+    c = coeffs.movedim(dim, -1)
+    state = torch.zeros_like(x[..., 0]) if initial is None else initial.to(x.dtype)
+    steps = range(x.shape[-1] - 1, -1, -1) if reverse else range(x.shape[-1])
+    outputs = [None] * x.shape[-1]
+    for l in steps:
+        state = c[..., l] * state + x[..., l]
+        outputs[l] = state
+    if not outputs:
+        return torch.empty_like(inputs)
+    return torch.stack(outputs, dim=-1).movedim(-1, dim)
+
+
+def _combine(left, right):
+    c1, y1 = left
+    c2, y2 = right
+    return c1 * c2, c2 * y1 + y2
+
+
+def _scan(x, c, dim, reverse):
+    from torch._higher_order_ops.associative_scan import associative_scan
+
+    _, y = associative_scan(_combine, (c, x), dim, reverse=reverse, combine_mode="generic")
+    return y
+
+
+def _fold_initial(x, c, initial, dim, reverse):
+    """Fold the initial state into the first step: x[first] + c[first] * initial."""
+    n = x.shape[dim]
+    if initial is None or n == 0:
+        return x
+    head = x.narrow(dim, n - 1 if reverse else 0, 1) + c.narrow(dim, n - 1 if reverse else 0, 1) * initial.unsqueeze(dim)
+    if reverse:
+        return torch.cat([x.narrow(dim, 0, n - 1), head], dim)
+    return torch.cat([head, x.narrow(dim, 1, n - 1)], dim)
+
+
+def _shift(t, dim, forward, fill):
+    """t moved one step along dim: forward=True gives out[l] = t[l-1], out[0] = fill."""
+    n = t.shape[dim]
+    if n == 0:
+        return t
+    fill = fill.unsqueeze(dim) if isinstance(fill, torch.Tensor) else torch.full_like(t.narrow(dim, 0, 1), fill)
+    fill = fill.expand_as(t.narrow(dim, 0, 1))
+    if forward:
+        return torch.cat([fill, t.narrow(dim, 0, n - 1)], dim)
+    return torch.cat([t.narrow(dim, 1, n - 1), fill], dim)
+
+
+class _HopScan(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, c, initial, dim, reverse):
+        y = _scan(_fold_initial(x, c, initial, dim, reverse), c, dim, reverse)
+        ctx.save_for_backward(c, y, initial)
+        ctx.dim, ctx.reverse = dim, reverse
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        c, y, initial = ctx.saved_tensors
+        dim, reverse = ctx.dim, ctx.reverse
+        if y.shape[dim] == 0:
+            d_init = None if initial is None else torch.zeros_like(initial)
+            return torch.zeros_like(dy), torch.zeros_like(c), d_init, None, None
+        # d_inputs: the recurrence against the forward direction, coeffs one step later.
+        c_next = _shift(c, dim, forward=reverse, fill=0.0)
+        dx = _scan(dy.contiguous(), c_next, dim, not reverse)
+        init = torch.zeros_like(y.select(dim, 0)) if initial is None else initial
+        y_prev = _shift(y, dim, forward=not reverse, fill=init)
+        dc = dx * y_prev
+        d_init = None
+        if initial is not None:
+            first = y.shape[dim] - 1 if reverse else 0
+            d_init = dx.select(dim, first) * c.select(dim, first)
+        return dx, dc, d_init, None, None
+
+
+def linrec_hop(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
+    """linrec with torch._higher_order_ops.associative_scan for the forward and backward scans."""
+    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim)
+    return _HopScan.apply(inputs, coeffs, initial, dim, reverse)
