@@ -28,16 +28,17 @@ constexpr auto product(std::array<int, NE> elems, std::array<int, NT> threads,
   return out;
 }
 
+constexpr std::array kAllMemCodes{MemCode::kDirect, MemCode::kVector, MemCode::kCoalesced};
+
 #if defined(LINREC_FULL_CONFIGS)
 constexpr auto CONFIG_LIST = product(
-    std::array{2, 4, 8, 16}, std::array{32, 64, 128, 256, 512, 1024},
-    std::array{MemCode::kDirect, MemCode::kVector, MemCode::kCoalesced},
+    std::array{2, 4, 8, 16}, std::array{32, 64, 128, 256, 512, 1024}, kAllMemCodes,
     std::array{AlgoCode::kLoadStore, AlgoCode::kThread, AlgoCode::kWarp, AlgoCode::kBlock});
 #else
-constexpr auto CONFIG_LIST = product(
-    std::array{4, 8, 16}, std::array{64, 256, 1024},
-    std::array{MemCode::kDirect, MemCode::kVector, MemCode::kCoalesced},
-    std::array{AlgoCode::kBlock});
+// Every memcode at the tuned shapes, full scan only. (1024 threads leave 64
+// registers a thread, too few for the pipelined backward without spilling.)
+constexpr auto CONFIG_LIST =
+    product(std::array{4, 8, 16}, std::array{64, 256}, kAllMemCodes, std::array{AlgoCode::kBlock});
 #endif
 
 // Calls fn.template operator()<C>() for the compiled config C equal to `config`.
@@ -70,8 +71,8 @@ inline KernelChoice select_config(int64_t seq_len, bool unit_elem_stride) {
   // every load of a warp is coalesced.
   if (!unit_elem_stride) return {KernelKind::kRef, {}};
   if (seq_len <= 4 * 64) return {KernelKind::kTile, {4, 64, MemCode::kVector, AlgoCode::kBlock}};
-  if (seq_len <= 4 * 256) return {KernelKind::kTile, {4, 256, MemCode::kVector, AlgoCode::kBlock}};
-  if (seq_len <= 8 * 1024) return {KernelKind::kTile, {8, 1024, MemCode::kVector, AlgoCode::kBlock}};
+  if (seq_len <= 8 * 256) return {KernelKind::kTile, {8, 256, MemCode::kVector, AlgoCode::kBlock}};
+  if (seq_len <= 16 * 256) return {KernelKind::kTile, {16, 256, MemCode::kVector, AlgoCode::kBlock}};
   return {KernelKind::kPipe, {8, 256, MemCode::kVector, AlgoCode::kBlock}};
 }
 

@@ -27,8 +27,8 @@ def linrec_ref(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
     return call_compiled(inputs, coeffs, initial, dim, reverse, KERNEL_REF)
 
 
-def linrec_tile(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems_per_thread=8,
-                threads_per_block=1024, memcode=1, algocode=3):
+def linrec_tile(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems_per_thread=16,
+                threads_per_block=256, memcode=1, algocode=3):
     inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim)
     _check_cuda(inputs)
     return call_compiled(inputs, coeffs, initial, dim, reverse, KERNEL_TILE, elems_per_thread,

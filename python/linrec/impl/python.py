@@ -19,14 +19,14 @@ def linrec_ref(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
     inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim)
     x = inputs.movedim(dim, -1)
     c = coeffs.movedim(dim, -1)
-    state = torch.zeros_like(x[..., 0]) if initial is None else initial.to(x.dtype)
+    if x.shape[-1] == 0:
+        return torch.empty_like(inputs)
+    state = torch.zeros_like(x[..., 0]) if initial is None else initial
     steps = range(x.shape[-1] - 1, -1, -1) if reverse else range(x.shape[-1])
     outputs = [None] * x.shape[-1]
     for l in steps:
         state = c[..., l] * state + x[..., l]
         outputs[l] = state
-    if not outputs:
-        return torch.empty_like(inputs)
     return torch.stack(outputs, dim=-1).movedim(-1, dim)
 
 

@@ -1,0 +1,95 @@
+// CUDA entry points: runtime dtype and kernel kind -> the templates that
+// implement them. Tile and pipe instantiations come from kernels/instances/.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+
+#include "launch.h"
+#include "ref.cuh"
+#include "tiled.cuh"
+
+namespace linrec {
+
+// Declared here, instantiated in kernels/instances/*.cu.
+#define LINREC_DECLARE_TILED(T)                                                                                \
+  extern template void launch_tiled<T, false, false, ForwardParams>(const ForwardParams&, const TileConfig&,   \
+                                                                    cudaStream_t);                             \
+  extern template void launch_tiled<T, true, false, ForwardParams>(const ForwardParams&, const TileConfig&,    \
+                                                                   cudaStream_t);                              \
+  extern template void launch_tiled<T, false, true, BackwardParams>(const BackwardParams&, const TileConfig&,  \
+                                                                    cudaStream_t);                             \
+  extern template void launch_tiled<T, true, true, BackwardParams>(const BackwardParams&, const TileConfig&,   \
+                                                                   cudaStream_t);                              \
+  extern template cudaFuncAttributes tiled_func_attrs<T, false, false>(const TileConfig&);                     \
+  extern template cudaFuncAttributes tiled_func_attrs<T, true, false>(const TileConfig&);                      \
+  extern template cudaFuncAttributes tiled_func_attrs<T, false, true>(const TileConfig&);                      \
+  extern template cudaFuncAttributes tiled_func_attrs<T, true, true>(const TileConfig&);
+LINREC_DECLARE_TILED(float)
+LINREC_DECLARE_TILED(double)
+LINREC_DECLARE_TILED(__half)
+LINREC_DECLARE_TILED(__nv_bfloat16)
+
+namespace {
+
+template <typename Fn>
+void by_dtype(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::kFloat32: return fn.template operator()<float>();
+    case DType::kFloat64: return fn.template operator()<double>();
+    case DType::kFloat16: return fn.template operator()<__half>();
+    case DType::kBFloat16: return fn.template operator()<__nv_bfloat16>();
+  }
+}
+
+template <bool kBackward, typename Params>
+void launch(const Params& p, DType dtype, KernelKind kind, const TileConfig& config, cudaStream_t stream) {
+  by_dtype(dtype, [&]<typename T>() {
+    switch (kind) {
+      case KernelKind::kRef: {
+        const auto blocks = static_cast<unsigned>((p.num_seqs + kRefThreadsPerBlock - 1) / kRefThreadsPerBlock);
+        if constexpr (kBackward) ref_bwd_kernel<T><<<blocks, kRefThreadsPerBlock, 0, stream>>>(p);
+        else ref_fwd_kernel<T><<<blocks, kRefThreadsPerBlock, 0, stream>>>(p);
+        return check_launch(kBackward ? "linrec_ref_bwd" : "linrec_ref_fwd");
+      }
+      case KernelKind::kTile: return launch_tiled<T, false, kBackward>(p, config, stream);
+      case KernelKind::kPipe: return launch_tiled<T, true, kBackward>(p, config, stream);
+      case KernelKind::kAuto: break;
+    }
+    throw std::invalid_argument("linrec: no kernel chosen");
+  });
+}
+
+}  // namespace
+
+void cuda_fwd(const ForwardParams& p, DType dtype, KernelKind kind, const TileConfig& config, void* stream) {
+  launch<false>(p, dtype, kind, config, static_cast<cudaStream_t>(stream));
+}
+
+void cuda_bwd(const BackwardParams& p, DType dtype, KernelKind kind, const TileConfig& config, void* stream) {
+  launch<true>(p, dtype, kind, config, static_cast<cudaStream_t>(stream));
+}
+
+FuncAttrs cuda_func_attrs(DType dtype, KernelKind kind, bool backward, const TileConfig& config) {
+  cudaFuncAttributes a{};
+  by_dtype(dtype, [&]<typename T>() {
+    cudaError_t err = cudaSuccess;
+    switch (kind) {
+      case KernelKind::kRef:
+        err = backward ? cudaFuncGetAttributes(&a, ref_bwd_kernel<T>) : cudaFuncGetAttributes(&a, ref_fwd_kernel<T>);
+        break;
+      case KernelKind::kTile:
+        a = backward ? tiled_func_attrs<T, false, true>(config) : tiled_func_attrs<T, false, false>(config);
+        break;
+      case KernelKind::kPipe:
+        a = backward ? tiled_func_attrs<T, true, true>(config) : tiled_func_attrs<T, true, false>(config);
+        break;
+      case KernelKind::kAuto: throw std::invalid_argument("linrec: func_attrs needs a kernel kind");
+    }
+    if (err != cudaSuccess) throw std::runtime_error(cudaGetErrorString(err));
+  });
+  return {a.numRegs, static_cast<int>(a.localSizeBytes), static_cast<int>(a.sharedSizeBytes), a.maxThreadsPerBlock};
+}
+
+}  // namespace linrec

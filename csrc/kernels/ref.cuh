@@ -1,0 +1,64 @@
+// The ref kernels: one thread per sequence, walking it step by step.
+//
+// The correctness baseline, and also the right shape for sequences strided
+// along their length (channel-last data): neighbouring threads take
+// neighbouring channels, so each step's loads are coalesced across the warp.
+#pragma once
+#include "../params.h"
+#include "dtype.cuh"
+
+namespace linrec {
+
+constexpr int kRefThreadsPerBlock = 128;
+
+template <typename T>
+__global__ void __launch_bounds__(kRefThreadsPerBlock) ref_fwd_kernel(const ForwardParams p) {
+  using Acc = acc_t<T>;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (n >= p.num_seqs) return;
+  int64_t off[kNumFwdSlots];
+  p.index.offsets(n, off);
+  const T* __restrict__ x = static_cast<const T*>(p.inputs) + off[kFwdInputs];
+  const T* __restrict__ c = static_cast<const T*>(p.coeffs) + off[kFwdCoeffs];
+  T* __restrict__ y = static_cast<T*>(p.outputs) + off[kFwdOutputs];
+  const auto& es = p.index.elem_strides;
+  const int64_t len = p.seq_len;
+  Acc state = p.initial ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kFwdInitial]]) : Acc(0);
+#pragma unroll 4
+  for (int64_t i = 0; i < len; ++i) {
+    const int64_t l = p.reverse ? len - 1 - i : i;
+    state = to_acc<Acc>(c[l * es[kFwdCoeffs]]) * state + to_acc<Acc>(x[l * es[kFwdInputs]]);
+    y[l * es[kFwdOutputs]] = from_acc<T>(state);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kRefThreadsPerBlock) ref_bwd_kernel(const BackwardParams p) {
+  using Acc = acc_t<T>;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (n >= p.num_seqs) return;
+  int64_t off[kNumBwdSlots];
+  p.index.offsets(n, off);
+  const T* __restrict__ dy = static_cast<const T*>(p.d_outputs) + off[kBwdDOutputs];
+  const T* __restrict__ c = static_cast<const T*>(p.coeffs) + off[kBwdCoeffs];
+  const T* __restrict__ y = static_cast<const T*>(p.outputs) + off[kBwdOutputs];
+  T* __restrict__ dx = static_cast<T*>(p.d_inputs) + off[kBwdDInputs];
+  T* __restrict__ dc = static_cast<T*>(p.d_coeffs) + off[kBwdDCoeffs];
+  const auto& es = p.index.elem_strides;
+  const int64_t len = p.seq_len;
+  const Acc initial = p.initial ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kBwdInitial]]) : Acc(0);
+  Acc grad = 0, next_coeff = 0;  // d_inputs and coeffs one forward step later
+#pragma unroll 4
+  for (int64_t i = len - 1; i >= 0; --i) {
+    const int64_t l = p.reverse ? len - 1 - i : i;
+    const int64_t l_prev = p.reverse ? l + 1 : l - 1;
+    grad = next_coeff * grad + to_acc<Acc>(dy[l * es[kBwdDOutputs]]);
+    const Acc prev_out = i == 0 ? initial : to_acc<Acc>(y[l_prev * es[kBwdOutputs]]);
+    dx[l * es[kBwdDInputs]] = from_acc<T>(grad);
+    dc[l * es[kBwdDCoeffs]] = from_acc<T>(grad * prev_out);
+    next_coeff = to_acc<Acc>(c[l * es[kBwdCoeffs]]);
+  }
+  static_cast<T*>(p.d_initial)[off[kBwdDInitial]] = from_acc<T>(grad * next_coeff);
+}
+
+}  // namespace linrec

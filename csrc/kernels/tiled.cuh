@@ -1,0 +1,206 @@
+// Tile and pipe kernels, forward and fused backward.
+//
+// One thread block per sequence. The sequence is cut into tiles of
+// E * NT elements aligned to its start; `tile` scans a sequence of at most one
+// tile, `pipe` walks the tiles in scan order with the carry between them and
+// loads the next tile before scanning the current one, so the loads are in
+// flight during the scan. Reverse runs the tiles, and the order inside each
+// tile, from last to first over the same memory layout.
+//
+// Backward (fused): with "next" meaning one step later in the forward direction,
+//     d_inputs[l]  = coeffs[next(l)] * d_inputs[next(l)] + d_outputs[l]
+//     d_coeffs[l]  = d_inputs[l] * outputs[prev(l)]      (outputs[prev(first)] = initial)
+//     d_initial    = d_inputs[first] * coeffs[first]
+// i.e. the same scan against the forward direction, over d_outputs with the
+// coefficients shifted by one. Reads d_outputs, coeffs, outputs; writes
+// d_inputs, d_coeffs: 5 tensors.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "../dispatch.h"
+#include "../memio.h"
+#include "../params.h"
+#include "scan.cuh"
+
+namespace linrec {
+
+template <typename Acc, TileConfig C>
+constexpr int tiled_dynamic_smem_bytes() {
+  return C.memcode == MemCode::kCoalesced
+             ? coalesced_smem_words<C.elems_per_thread, C.threads_per_block>() * static_cast<int>(sizeof(Acc))
+             : 0;
+}
+
+// Kernels take the config as plain ints: nvcc's host stubs cannot spell class-type template arguments.
+template <int E, int NT, int M, int A>
+constexpr TileConfig kConfigOf{E, NT, static_cast<MemCode>(M), static_cast<AlgoCode>(A)};
+
+template <typename T, int E_, int NT_, int M_, int A_, bool kPipe>
+__global__ void __launch_bounds__(NT_) tiled_fwd_kernel(const ForwardParams p) {
+  using Acc = acc_t<T>;
+  constexpr TileConfig C = kConfigOf<E_, NT_, M_, A_>;
+  constexpr int E = C.elems_per_thread;
+  constexpr int NT = C.threads_per_block;
+  constexpr int64_t kTileLen = static_cast<int64_t>(E) * NT;
+  extern __shared__ __align__(16) unsigned char dynamic_smem[];
+  Acc* smem = reinterpret_cast<Acc*>(dynamic_smem);
+  __shared__ BlockScanStorage<Acc> storage;
+
+  int64_t off[kNumFwdSlots];
+  p.index.offsets(blockIdx.x, off);
+  const T* x = static_cast<const T*>(p.inputs) + off[kFwdInputs];
+  const T* c = static_cast<const T*>(p.coeffs) + off[kFwdCoeffs];
+  T* y = static_cast<T*>(p.outputs) + off[kFwdOutputs];
+  const int64_t sx = p.index.elem_strides[kFwdInputs], sc = p.index.elem_strides[kFwdCoeffs],
+                sy = p.index.elem_strides[kFwdOutputs];
+  const int64_t len = p.seq_len;
+  const bool rev = p.reverse;
+  Acc carry = p.initial ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kFwdInitial]]) : Acc(0);
+
+  const int64_t num_tiles = kPipe ? (len + kTileLen - 1) / kTileLen : 1;
+  auto tile_start = [&](int64_t k) { return (rev ? num_tiles - 1 - k : k) * kTileLen; };
+
+  Acc xs[E], cs[E];
+  load_tile<C.memcode>(xs, x, sx, tile_start(0), len, Acc(0), smem);
+  load_tile<C.memcode>(cs, c, sc, tile_start(0), len, Acc(1), smem);
+  for (int64_t k = 0; k < num_tiles; ++k) {
+    Acc next_xs[E], next_cs[E];
+    if (kPipe && k + 1 < num_tiles) {
+      load_tile<C.memcode>(next_xs, x, sx, tile_start(k + 1), len, Acc(0), smem);
+      load_tile<C.memcode>(next_cs, c, sc, tile_start(k + 1), len, Acc(1), smem);
+    }
+    scan_tile<C.algocode, E, NT>(xs, cs, rev, carry, storage);
+    store_tile<C.memcode>(y, sy, xs, tile_start(k), len, smem);
+    if constexpr (kPipe) {
+#pragma unroll
+      for (int i = 0; i < E; ++i) {
+        xs[i] = next_xs[i];
+        cs[i] = next_cs[i];
+      }
+    }
+  }
+}
+
+template <typename T, int E_, int NT_, int M_, int A_, bool kPipe>
+__global__ void __launch_bounds__(NT_) tiled_bwd_kernel(const BackwardParams p) {
+  using Acc = acc_t<T>;
+  constexpr TileConfig C = kConfigOf<E_, NT_, M_, A_>;
+  constexpr int E = C.elems_per_thread;
+  constexpr int NT = C.threads_per_block;
+  constexpr int64_t kTileLen = static_cast<int64_t>(E) * NT;
+  extern __shared__ __align__(16) unsigned char dynamic_smem[];
+  Acc* smem = reinterpret_cast<Acc*>(dynamic_smem);
+  __shared__ BlockScanStorage<Acc> storage;
+
+  int64_t off[kNumBwdSlots];
+  p.index.offsets(blockIdx.x, off);
+  const auto& es = p.index.elem_strides;
+  const T* dy = static_cast<const T*>(p.d_outputs) + off[kBwdDOutputs];
+  const T* c = static_cast<const T*>(p.coeffs) + off[kBwdCoeffs];
+  const T* y = static_cast<const T*>(p.outputs) + off[kBwdOutputs];
+  T* dx = static_cast<T*>(p.d_inputs) + off[kBwdDInputs];
+  T* dc = static_cast<T*>(p.d_coeffs) + off[kBwdDCoeffs];
+  const int64_t len = p.seq_len;
+  const bool fwd_rev = p.reverse;
+  const bool rev = !fwd_rev;  // the backward scan runs against the forward direction
+  const Acc initial = p.initial ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kBwdInitial]]) : Acc(0);
+  Acc carry = Acc(0);
+
+  const int64_t num_tiles = kPipe ? (len + kTileLen - 1) / kTileLen : 1;
+  auto tile_start = [&](int64_t k) { return (rev ? num_tiles - 1 - k : k) * kTileLen; };
+
+  Acc gs[E], cs[E];
+  load_tile<C.memcode>(gs, dy, es[kBwdDOutputs], tile_start(0), len, Acc(0), smem);
+  load_tile<C.memcode>(cs, c, es[kBwdCoeffs], tile_start(0), len, Acc(1), smem);
+  const int64_t first = fwd_rev ? len - 1 : 0;  // the forward direction's first step
+  for (int64_t k = 0; k < num_tiles; ++k) {
+    const int64_t start = tile_start(k);
+    const int64_t mine = start + static_cast<int64_t>(threadIdx.x) * E;
+    Acc next_gs[E], next_cs[E];
+    if (kPipe && k + 1 < num_tiles) {
+      load_tile<C.memcode>(next_gs, dy, es[kBwdDOutputs], tile_start(k + 1), len, Acc(0), smem);
+      load_tile<C.memcode>(next_cs, c, es[kBwdCoeffs], tile_start(k + 1), len, Acc(1), smem);
+    }
+    Acc first_coeff = Acc(0);  // coeffs[first], if this thread holds it
+#pragma unroll
+    for (int i = 0; i < E; ++i)
+      if (mine + i == first) first_coeff = cs[i];
+    // coeffs one forward step later: from the next position, or the previous one when reversed.
+    shift_window(cs, c, es[kBwdCoeffs], start, len, Acc(0), /*from_next=*/!fwd_rev);
+    scan_tile<C.algocode, E, NT>(gs, cs, rev, carry, storage);
+    store_tile<C.memcode>(dx, es[kBwdDInputs], gs, start, len, smem);
+    // d_coeffs = d_inputs * (outputs one forward step earlier, the initial state before the first).
+    Acc ys[E];
+    load_tile<C.memcode>(ys, y, es[kBwdOutputs], start, len, Acc(0), smem);
+    shift_window(ys, y, es[kBwdOutputs], start, len, initial, /*from_next=*/fwd_rev);
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+      if (mine + i == first) static_cast<T*>(p.d_initial)[off[kBwdDInitial]] = from_acc<T>(gs[i] * first_coeff);
+      ys[i] = gs[i] * ys[i];
+    }
+    store_tile<C.memcode>(dc, es[kBwdDCoeffs], ys, start, len, smem);
+    if constexpr (kPipe) {
+#pragma unroll
+      for (int i = 0; i < E; ++i) {
+        gs[i] = next_gs[i];
+        cs[i] = next_cs[i];
+      }
+    }
+  }
+}
+
+inline void check_launch(const char* name) {
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) throw std::runtime_error(std::string("linrec: ") + name + " failed: " + cudaGetErrorString(err));
+}
+
+template <typename T, TileConfig C, bool kPipe, bool kBackward>
+constexpr auto tiled_kernel() {
+  constexpr int M = static_cast<int>(C.memcode), A = static_cast<int>(C.algocode);
+  if constexpr (kBackward) return tiled_bwd_kernel<T, C.elems_per_thread, C.threads_per_block, M, A, kPipe>;
+  else return tiled_fwd_kernel<T, C.elems_per_thread, C.threads_per_block, M, A, kPipe>;
+}
+
+inline const char* tiled_name(bool pipe, bool backward) {
+  return pipe ? (backward ? "linrec_pipe_bwd" : "linrec_pipe_fwd") : (backward ? "linrec_tile_bwd" : "linrec_tile_fwd");
+}
+
+// Launches the tile (kPipe=false) or pipe kernel for `config`, one block per sequence.
+template <typename T, bool kPipe, bool kBackward, typename Params>
+void launch_tiled(const Params& p, const TileConfig& config, cudaStream_t stream) {
+  dispatch_config(config, [&]<TileConfig C>() {
+    constexpr auto kernel = tiled_kernel<T, C, kPipe, kBackward>();
+    constexpr int smem = tiled_dynamic_smem_bytes<acc_t<T>, C>();
+    if constexpr (smem > 48 * 1024) {
+      const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+      if (err != cudaSuccess)
+        throw std::runtime_error(std::string("linrec: ") + tiled_name(kPipe, kBackward) + " needs " +
+                                 std::to_string(smem) + " bytes of shared memory for " + config.to_string() +
+                                 ": " + cudaGetErrorString(err));
+    }
+    if (p.num_seqs > 0x7fffffff) throw std::runtime_error("linrec: more than 2^31-1 sequences in one call");
+    kernel<<<static_cast<unsigned>(p.num_seqs), C.threads_per_block, smem, stream>>>(p);
+    check_launch(tiled_name(kPipe, kBackward));
+  }, tiled_name(kPipe, kBackward));
+}
+
+template <typename T, bool kPipe, bool kBackward>
+cudaFuncAttributes tiled_func_attrs(const TileConfig& config) {
+  cudaFuncAttributes attrs{};
+  dispatch_config(config, [&]<TileConfig C>() {
+    const cudaError_t err = cudaFuncGetAttributes(&attrs, tiled_kernel<T, C, kPipe, kBackward>());
+    if (err != cudaSuccess) throw std::runtime_error(std::string("linrec: cudaFuncGetAttributes: ") + cudaGetErrorString(err));
+  }, tiled_name(kPipe, kBackward));
+  return attrs;
+}
+
+// Explicit instantiations live in kernels/instances/*.cu, one file per
+// (dtype, kernel, direction), so the build compiles them in parallel.
+#define LINREC_INSTANTIATE_TILED(T, PIPE, BACKWARD, PARAMS)                                          \
+  template void launch_tiled<T, PIPE, BACKWARD, PARAMS>(const PARAMS&, const TileConfig&, cudaStream_t); \
+  template cudaFuncAttributes tiled_func_attrs<T, PIPE, BACKWARD>(const TileConfig&);
+
+}  // namespace linrec

@@ -1,0 +1,193 @@
+// Moving tiles between global memory and registers.
+//
+// A tile is tile_len = E * NT consecutive elements of one sequence, starting at
+// `tile_start`; thread t owns the E elements at tile_start + t*E + [0, E).
+// Positions at or past `len` read as `fill` and are never written. Values are
+// held in registers in the arithmetic type Acc. Three strategies (MemCode):
+//   kDirect    each thread reads its own elements, one at a time, any stride;
+//   kVector    the same, 16 bytes (or E*sizeof(T) if smaller) per access, when
+//              the sequence is unit-stride and the thread's chunk is aligned
+//              and whole; otherwise element by element, so misaligned starts
+//              and tails never fault;
+//   kCoalesced each warp reads its 32*E elements with consecutive lanes on
+//              consecutive elements and transposes them through shared memory
+//              (Acc words, one pad word per 32, so the thread-major reads hit
+//              32 different banks).
+// Shifted windows (the backward's "one step later / earlier") are built from
+// registers already loaded: a shuffle from the neighbouring lane, plus one
+// direct load at the warp's edge.
+#pragma once
+#include <cstdint>
+
+#include "config.h"
+#include "kernels/dtype.cuh"
+
+namespace linrec {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kWarpSize = 32;
+
+// Shared-memory words the coalesced strategy needs for one tile.
+template <int E, int NT>
+constexpr int coalesced_smem_words() {
+  return NT * E + (NT * E) / kWarpSize;
+}
+__device__ __forceinline__ int pad_index(int j) { return j + j / kWarpSize; }
+
+template <int Bytes> struct VecOf;
+template <> struct VecOf<16> { using type = uint4; };
+template <> struct VecOf<8> { using type = uint2; };
+template <> struct VecOf<4> { using type = unsigned int; };
+template <> struct VecOf<2> { using type = unsigned short; };
+
+// Bytes per vector access for a chunk of E elements of T.
+template <typename T, int E>
+constexpr int vec_bytes() {
+  constexpr int chunk = E * static_cast<int>(sizeof(T));
+  return chunk >= 16 ? 16 : chunk >= 8 ? 8 : chunk >= 4 ? 4 : 2;
+}
+
+template <int E, typename T, typename Acc>
+__device__ __forceinline__ void load_direct(Acc (&dst)[E], const T* seq, int64_t stride, int64_t first,
+                                            int64_t len, Acc fill) {
+#pragma unroll
+  for (int i = 0; i < E; ++i) dst[i] = first + i < len ? to_acc<Acc>(seq[(first + i) * stride]) : fill;
+}
+
+template <int E, typename T, typename Acc>
+__device__ __forceinline__ void store_direct(T* seq, int64_t stride, const Acc (&src)[E], int64_t first,
+                                             int64_t len) {
+#pragma unroll
+  for (int i = 0; i < E; ++i)
+    if (first + i < len) seq[(first + i) * stride] = from_acc<T>(src[i]);
+}
+
+template <int E, typename T>
+__device__ __forceinline__ bool vector_ok(const T* seq, int64_t stride, int64_t first, int64_t len) {
+  constexpr int kBytes = vec_bytes<T, E>();
+  return stride == 1 && first + E <= len && (E * sizeof(T)) % kBytes == 0 &&
+         reinterpret_cast<uintptr_t>(seq + first) % kBytes == 0;
+}
+
+template <int E, typename T, typename Acc>
+__device__ __forceinline__ void load_vector(Acc (&dst)[E], const T* seq, int64_t stride, int64_t first,
+                                            int64_t len, Acc fill) {
+  if (!vector_ok<E>(seq, stride, first, len)) return load_direct(dst, seq, stride, first, len, fill);
+  using Vec = typename VecOf<vec_bytes<T, E>()>::type;
+  constexpr int kPerVec = sizeof(Vec) / sizeof(T);
+  const Vec* src = reinterpret_cast<const Vec*>(seq + first);
+#pragma unroll
+  for (int v = 0; v < E / kPerVec; ++v) {
+    const Vec raw = src[v];
+    const T* elems = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < kPerVec; ++i) dst[v * kPerVec + i] = to_acc<Acc>(elems[i]);
+  }
+}
+
+template <int E, typename T, typename Acc>
+__device__ __forceinline__ void store_vector(T* seq, int64_t stride, const Acc (&src)[E], int64_t first,
+                                             int64_t len) {
+  if (!vector_ok<E>(seq, stride, first, len)) return store_direct(seq, stride, src, first, len);
+  using Vec = typename VecOf<vec_bytes<T, E>()>::type;
+  constexpr int kPerVec = sizeof(Vec) / sizeof(T);
+  Vec* dst = reinterpret_cast<Vec*>(seq + first);
+#pragma unroll
+  for (int v = 0; v < E / kPerVec; ++v) {
+    Vec raw;
+    T* elems = reinterpret_cast<T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < kPerVec; ++i) elems[i] = from_acc<T>(src[v * kPerVec + i]);
+    dst[v] = raw;
+  }
+}
+
+// `warp_smem` is this warp's private slice of coalesced_smem_words<E, 32>() words.
+template <int E, typename T, typename Acc>
+__device__ __forceinline__ void load_coalesced(Acc (&dst)[E], const T* seq, int64_t stride,
+                                               int64_t warp_first, int64_t len, Acc fill, Acc* warp_smem) {
+  const int lane = threadIdx.x % kWarpSize;
+#pragma unroll
+  for (int r = 0; r < E; ++r) {
+    const int j = r * kWarpSize + lane;
+    const int64_t pos = warp_first + j;
+    warp_smem[pad_index(j)] = pos < len ? to_acc<Acc>(seq[pos * stride]) : fill;
+  }
+  __syncwarp();
+#pragma unroll
+  for (int i = 0; i < E; ++i) dst[i] = warp_smem[pad_index(lane * E + i)];
+  __syncwarp();  // the buffer is refilled by the next call
+}
+
+template <int E, typename T, typename Acc>
+__device__ __forceinline__ void store_coalesced(T* seq, int64_t stride, const Acc (&src)[E],
+                                                int64_t warp_first, int64_t len, Acc* warp_smem) {
+  const int lane = threadIdx.x % kWarpSize;
+#pragma unroll
+  for (int i = 0; i < E; ++i) warp_smem[pad_index(lane * E + i)] = src[i];
+  __syncwarp();
+#pragma unroll
+  for (int r = 0; r < E; ++r) {
+    const int j = r * kWarpSize + lane;
+    const int64_t pos = warp_first + j;
+    if (pos < len) seq[pos * stride] = from_acc<T>(warp_smem[pad_index(j)]);
+  }
+  __syncwarp();
+}
+
+// This thread's E elements of the tile at tile_start, by strategy M.
+template <MemCode M, int E, typename T, typename Acc>
+__device__ __forceinline__ void load_tile(Acc (&dst)[E], const T* seq, int64_t stride, int64_t tile_start,
+                                          int64_t len, Acc fill, Acc* smem) {
+  const int64_t first = tile_start + static_cast<int64_t>(threadIdx.x) * E;
+  if constexpr (M == MemCode::kDirect) {
+    load_direct(dst, seq, stride, first, len, fill);
+  } else if constexpr (M == MemCode::kVector) {
+    load_vector(dst, seq, stride, first, len, fill);
+  } else {
+    const int warp = threadIdx.x / kWarpSize;
+    load_coalesced(dst, seq, stride, tile_start + static_cast<int64_t>(warp) * kWarpSize * E, len, fill,
+                   smem + warp * coalesced_smem_words<E, kWarpSize>());
+  }
+}
+
+template <MemCode M, int E, typename T, typename Acc>
+__device__ __forceinline__ void store_tile(T* seq, int64_t stride, const Acc (&src)[E], int64_t tile_start,
+                                           int64_t len, Acc* smem) {
+  const int64_t first = tile_start + static_cast<int64_t>(threadIdx.x) * E;
+  if constexpr (M == MemCode::kDirect) {
+    store_direct(seq, stride, src, first, len);
+  } else if constexpr (M == MemCode::kVector) {
+    store_vector(seq, stride, src, first, len);
+  } else {
+    const int warp = threadIdx.x / kWarpSize;
+    store_coalesced(seq, stride, src, tile_start + static_cast<int64_t>(warp) * kWarpSize * E, len,
+                    smem + warp * coalesced_smem_words<E, kWarpSize>());
+  }
+}
+
+// Moves the values in v (this thread's tile elements, at first + i, as loaded
+// by load_tile) one position in place: v[i] becomes the sequence's value one
+// position after (from_next) or before it, and `fill` where that position lies
+// outside [0, len). All 32 lanes of the warp must call this together.
+template <int E, typename T, typename Acc>
+__device__ __forceinline__ void shift_window(Acc (&v)[E], const T* seq, int64_t stride, int64_t tile_start,
+                                             int64_t len, Acc fill, bool from_next) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t first = tile_start + static_cast<int64_t>(threadIdx.x) * E;
+  if (from_next) {
+    Acc edge = __shfl_down_sync(kFullMask, v[0], 1);  // the next thread's first element
+    if (lane == kWarpSize - 1) edge = first + E < len ? to_acc<Acc>(seq[(first + E) * stride]) : fill;
+#pragma unroll
+    for (int i = 0; i < E - 1; ++i) v[i] = first + i + 1 < len ? v[i + 1] : fill;
+    v[E - 1] = first + E < len ? edge : fill;
+  } else {
+    Acc edge = __shfl_up_sync(kFullMask, v[E - 1], 1);  // the previous thread's last element
+    if (lane == 0) edge = (first >= 1 && first - 1 < len) ? to_acc<Acc>(seq[(first - 1) * stride]) : fill;
+#pragma unroll
+    for (int i = E - 1; i > 0; --i) v[i] = v[i - 1];
+    v[0] = first == 0 ? fill : edge;
+  }
+}
+
+}  // namespace linrec

@@ -1,0 +1,90 @@
+"""Every CPU implementation against the float64 sequential reference."""
+
+import pytest
+import torch
+
+from conftest import CPU_IMPLS
+from reference import reference, rel_error
+
+LENGTHS = [0, 1, 2, 3, 17, 1000, 4097]
+IMPLS = list(CPU_IMPLS)
+
+
+def rand_coeffs(*shape, dtype=torch.float64):
+    return torch.rand(shape, dtype=dtype) * 0.6 + 0.4  # in [0.4, 1): long memory, stable
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("length", LENGTHS)
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("with_initial", [False, True])
+def test_lengths(impl, length, reverse, with_initial):
+    if impl == "python.linrec_ref" and length > 1000:
+        pytest.skip("the Python loop is the slow reference")
+    x = torch.randn(3, 2, length, dtype=torch.float64)
+    c = rand_coeffs(3, 2, length)
+    h0 = torch.randn(3, 2, dtype=torch.float64) if with_initial else None
+    out = CPU_IMPLS[impl](x, c, reverse, initial=h0)
+    assert out.shape == x.shape and out.dtype == x.dtype
+    assert rel_error(out, reference(x, c, reverse, -1, h0)) < 1e-12
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize(
+    "coeff_shape", [(), (1,), (4, 1), (5, 4, 1), (4, 37), (1, 37), (5, 1, 37)], ids=str
+)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_coeff_broadcast(impl, coeff_shape, reverse):
+    x = torch.randn(5, 4, 37, dtype=torch.float64)
+    c = rand_coeffs(*coeff_shape)
+    out = CPU_IMPLS[impl](x, c, reverse)
+    assert rel_error(out, reference(x, c, reverse)) < 1e-12
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_python_number_coeff_and_broadcast_initial(impl):
+    x = torch.randn(5, 4, 37, dtype=torch.float64)
+    h0 = torch.randn(4, dtype=torch.float64)  # broadcasts to (5, 4)
+    out = CPU_IMPLS[impl](x, 0.9, initial=h0)
+    assert rel_error(out, reference(x, 0.9, initial=h0.expand(5, 4))) < 1e-12
+
+
+VIEWS = {
+    "strided_last": lambda t: t[..., ::2],
+    "transposed": lambda t: t.transpose(0, 2),
+    "permuted": lambda t: t.permute(2, 0, 1),
+    "sliced_batch": lambda t: t[1:, ::3],
+}
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("view", list(VIEWS))
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_views_and_dims(impl, view, dim, reverse):
+    base_x = torch.randn(6, 7, 40, dtype=torch.float64)
+    base_c = rand_coeffs(6, 7, 40)
+    x, c = VIEWS[view](base_x), VIEWS[view](base_c)
+    h0_shape = x.shape[: dim % 3] + x.shape[dim % 3 + 1 :]
+    h0 = torch.randn(h0_shape, dtype=torch.float64).transpose(0, 1).contiguous().transpose(0, 1)
+    out = CPU_IMPLS[impl](x, c, reverse, dim=dim, initial=h0)
+    assert rel_error(out, reference(x, c, reverse, dim, h0)) < 1e-12
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_low_precision_dtypes(dtype):
+    x = torch.randn(4, 300).to(dtype)
+    c = rand_coeffs(4, 300).to(dtype)
+    out = CPU_IMPLS["linrec"](x, c)
+    assert out.dtype == dtype
+    tol = 1e-6 if dtype == torch.float32 else 1e-2
+    assert rel_error(out, reference(x, c)) < tol
+
+
+def test_nan_and_inf_propagate():
+    x = torch.randn(2, 8, dtype=torch.float64)
+    x[0, 3] = float("nan")
+    x[1, 5] = float("inf")
+    out = CPU_IMPLS["linrec"](x, torch.full((2, 8), 0.5, dtype=torch.float64))
+    assert torch.isfinite(out[0, :3]).all() and torch.isnan(out[0, 3:]).all()
+    assert torch.isfinite(out[1, :5]).all() and torch.isinf(out[1, 5:]).all()

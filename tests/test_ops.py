@@ -1,0 +1,118 @@
+"""The torch.library side: opcheck, torch.compile without graph breaks, error messages."""
+
+import pytest
+import torch
+
+import linrec
+from reference import reference, rel_error
+
+
+def op_samples(device="cpu"):
+    f64 = dict(dtype=torch.float64, device=device)
+    x = torch.randn(3, 4, 11, **f64, requires_grad=True)
+    c = (torch.rand(3, 4, 11, **f64) * 0.5 + 0.5).requires_grad_()
+    h0 = torch.randn(3, 4, **f64, requires_grad=True)
+    xt = torch.randn(5, 11, 3, **f64).transpose(1, 2).requires_grad_()  # scan over a strided dim
+    ct = torch.rand(5, 11, 3, **f64).transpose(1, 2).requires_grad_()
+    return [
+        (x, c, h0, -1, False, 0, 0, 0, 0, 3),
+        (x, c, None, 2, True, 0, 0, 0, 0, 3),
+        (xt, ct, None, 1, False, 0, 0, 0, 0, 3),
+    ]
+
+
+@pytest.mark.parametrize("sample", range(3))
+def test_opcheck_fwd(sample):
+    torch.library.opcheck(torch.ops.linrec.linrec_fwd.default, op_samples()[sample])
+
+
+def test_opcheck_bwd():
+    x, c, h0, *config = op_samples()[0]
+    y = torch.ops.linrec.linrec_fwd(x.detach(), c.detach(), h0.detach(), *config)
+    dy = torch.randn_like(y)
+    torch.library.opcheck(torch.ops.linrec.linrec_bwd.default, (dy, c.detach(), y, h0.detach(), *config))
+
+
+def test_compile_fullgraph_forward_backward():
+    def model(x, w, h0):
+        c = torch.sigmoid(w)
+        y = linrec.linrec(x * 2.0, c, dim=1, initial=h0)
+        return (y.tanh() ** 2).mean()
+
+    x = torch.randn(4, 33, 8, dtype=torch.float64)
+    w = torch.randn(8, dtype=torch.float64)
+    h0 = torch.randn(4, 8, dtype=torch.float64)
+    torch._dynamo.reset()
+    explain = torch._dynamo.explain(model)(x, w, h0)
+    assert explain.graph_break_count == 0, explain.break_reasons
+
+    compiled = torch.compile(model, fullgraph=True)
+    args_c = [t.clone().requires_grad_() for t in (x, w, h0)]
+    args_e = [t.clone().requires_grad_() for t in (x, w, h0)]
+    loss_c, loss_e = compiled(*args_c), model(*args_e)
+    loss_c.backward()
+    loss_e.backward()
+    assert torch.allclose(loss_c, loss_e)
+    for a, b in zip(args_c, args_e):
+        assert torch.allclose(a.grad, b.grad)
+
+    # and both against the float64 reference
+    xr = x.clone().requires_grad_()
+    wr = w.clone().requires_grad_()
+    loss_r = (reference(xr * 2.0, torch.sigmoid(wr), dim=1, initial=h0).tanh() ** 2).mean()
+    loss_r.backward()
+    assert rel_error(args_c[0].grad, xr.grad) < 1e-10
+    assert rel_error(args_c[1].grad, wr.grad) < 1e-10
+
+
+X = torch.randn(2, 3, 5)
+
+BAD_INPUTS = [
+    ("coeffs", dict(inputs=X, coeffs=torch.rand(4, 5)), "coeffs of shape"),
+    ("coeffs bigger than inputs", dict(inputs=X, coeffs=torch.rand(7, 2, 3, 5)), "does not broadcast"),
+    ("int inputs", dict(inputs=torch.ones(2, 5, dtype=torch.int64), coeffs=0.5), "inputs has dtype"),
+    ("bool coeffs", dict(inputs=X, coeffs=torch.ones(5, dtype=torch.bool)), "coeffs has dtype"),
+    ("int initial", dict(inputs=X, coeffs=0.5, initial=torch.ones(2, 3, dtype=torch.int32)), "initial has dtype"),
+    ("dim", dict(inputs=X, coeffs=0.5, dim=3), "dim=3 is out of range"),
+    ("negative dim", dict(inputs=X, coeffs=0.5, dim=-4), "dim=-4 is out of range"),
+    ("initial shape", dict(inputs=X, coeffs=0.5, initial=torch.randn(2, 5)), "initial of shape"),
+    ("0-d inputs", dict(inputs=torch.tensor(1.0), coeffs=0.5), "at least one dimension"),
+    ("not a tensor", dict(inputs=[1.0, 2.0], coeffs=0.5), "inputs must be a tensor"),
+    ("coeffs type", dict(inputs=X, coeffs="0.5"), "coeffs must be a tensor or a real number"),
+]
+
+
+@pytest.mark.parametrize("name,kwargs,message", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
+@pytest.mark.parametrize("impl", ["linrec", "python.linrec_ref", "python.linrec_hop"])
+def test_bad_input_errors(name, kwargs, message, impl):
+    from conftest import CPU_IMPLS
+
+    with pytest.raises(ValueError, match=message):
+        CPU_IMPLS[impl](**kwargs)
+
+
+def test_device_mismatch_error():
+    meta_c = torch.rand(2, 3, 5, device="meta")
+    with pytest.raises(ValueError, match="coeffs is on meta but inputs is on cpu"):
+        linrec.linrec(X, meta_c)
+    with pytest.raises(ValueError, match="initial is on meta"):
+        linrec.linrec(X, 0.5, initial=torch.zeros(2, 3, device="meta"))
+
+
+def test_op_level_checks():
+    """The C++ op checks its own arguments too, for callers that skip the Python layer."""
+    c = torch.rand(2, 3, 5)
+    with pytest.raises(RuntimeError, match="coeffs must have the shape of inputs"):
+        torch.ops.linrec.linrec_fwd(X, c[:, :2], None, -1, False, 0, 0, 0, 0, 3)
+    with pytest.raises(RuntimeError, match="coeffs has dtype"):
+        torch.ops.linrec.linrec_fwd(X, c.double(), None, -1, False, 0, 0, 0, 0, 3)
+    with pytest.raises(RuntimeError, match="out of range"):
+        torch.ops.linrec.linrec_fwd(X, c, None, 5, False, 0, 0, 0, 0, 3)
+
+
+def test_build_info():
+    info = linrec.build_info()
+    assert info["version"] == linrec.__version__
+    assert isinstance(info["cuda"], bool)
+    if info["cuda"]:
+        assert info["configs"] and all(len(c) == 4 for c in info["configs"])
