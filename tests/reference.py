@@ -33,3 +33,38 @@ def rel_error(out, ref):
     if not torch.isfinite(out).all():
         return float("inf")
     return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def reference_chunked(inputs, coeffs, reverse=False, initial=None, chunk=4096):
+    """The float64 reference along the last dim for long sequences, in two levels:
+    a sequential loop inside chunks (all chunks at once), then the carries passed
+    from chunk to chunk sequentially, then each element corrected by
+    (cumulative coefficient within its chunk) * (carry into its chunk).
+    Checked against `reference` in test_cpu.py."""
+    x = inputs.double()
+    c = torch.as_tensor(coeffs, dtype=torch.float64, device=x.device).expand(x.shape)
+    if reverse:
+        x, c = x.flip(-1), c.flip(-1)
+    *batch, length = x.shape
+    pad = (-length) % chunk
+    x = torch.nn.functional.pad(x, (0, pad))
+    c = torch.nn.functional.pad(c, (0, pad), value=1.0)
+    n = x.shape[-1] // chunk
+    xc, cc = x.reshape(*batch, n, chunk), c.reshape(*batch, n, chunk)
+    local = torch.empty_like(xc)
+    cum = torch.empty_like(cc)
+    state = torch.zeros(xc.shape[:-1], dtype=torch.float64, device=x.device)
+    prod = torch.ones_like(state)
+    for l in range(chunk):
+        state = cc[..., l] * state + xc[..., l]
+        prod = prod * cc[..., l]
+        local[..., l], cum[..., l] = state, prod
+    carry = torch.zeros(batch, dtype=torch.float64, device=x.device)
+    if initial is not None:
+        carry = carry + initial.double()
+    carries = torch.empty(xc.shape[:-1], dtype=torch.float64, device=x.device)
+    for k in range(n):
+        carries[..., k] = carry
+        carry = cum[..., k, -1] * carry + local[..., k, -1]
+    y = (local + cum * carries.unsqueeze(-1)).reshape(*batch, n * chunk)[..., :length]
+    return y.flip(-1) if reverse else y

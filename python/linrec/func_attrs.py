@@ -1,0 +1,53 @@
+"""python -m linrec.func_attrs: registers, spills and shared memory of every compiled kernel.
+
+Read through cudaFuncGetAttributes. `local` is the per-thread local memory:
+anything above zero means the kernel spills registers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import linrec
+from linrec import _C
+
+DTYPES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}
+KINDS = {"ref": 1, "tile": 2, "pipe": 3}
+
+
+def collect():
+    rows = []
+    for dtype, d in DTYPES.items():
+        for backward in (False, True):
+            rows.append(dict(kernel="ref", dtype=dtype, backward=backward, config=None,
+                             **_C.func_attrs(d, KINDS["ref"], backward, 0, 0, 0, 0)))
+            for kind in ("tile", "pipe"):
+                for config in linrec.compiled_configs():
+                    rows.append(dict(kernel=kind, dtype=dtype, backward=backward, config=config,
+                                     **_C.func_attrs(d, KINDS[kind], backward, *config)))
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m linrec.func_attrs", description=__doc__.splitlines()[0])
+    parser.add_argument("--json", help="also write the rows to this file")
+    args = parser.parse_args(argv)
+    if not linrec.build_info()["cuda"]:
+        print("this build has no CUDA kernels")
+        return 1
+    rows = collect()
+    print(f"{'kernel':<6}{'dir':<5}{'dtype':<10}{'config (E, T, mem, algo)':<26}{'regs':>6}{'local':>7}{'shared':>8}")
+    for r in rows:
+        print(f"{r['kernel']:<6}{'bwd' if r['backward'] else 'fwd':<5}{r['dtype']:<10}{str(r['config']):<26}"
+              f"{r['num_regs']:>6}{r['local_bytes']:>7}{r['shared_bytes']:>8}")
+    spills = [r for r in rows if r["local_bytes"] > 0]
+    print(f"{len(rows)} kernels, {len(spills)} with local memory (spills)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

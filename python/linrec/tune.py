@@ -1,0 +1,90 @@
+"""python -m linrec.tune: time every compiled tile/pipe config over sequence lengths.
+
+For each kernel (tile, pipe), config and length it checks the error against the
+float64 CPU kernel on a few sequences, then times forward and fused backward
+with #SMs * 100 sequences (fewer if that would not fit --max-elems). It prints
+the best config per length, as the blog's tables do, and writes all rows as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+import linrec
+from linrec._timing import median_ms
+from linrec.impl import cuda
+
+DEFAULT_LENGTHS = [16, 64, 256, 1024, 4096, 16384, 65536]
+
+
+def rel_error(out, ref):
+    return ((out.double().cpu() - ref).norm() / ref.norm()).item()
+
+
+def tune(kernels, lengths, dtype, max_elems, reps):
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    rows = []
+    for length in lengths:
+        seqs = max(1, min(sms * 100, max_elems // length))
+        x = torch.randn(seqs, length, device="cuda").to(dtype)
+        c = (torch.rand(seqs, length, device="cuda") * 0.5 + 0.5).to(dtype)
+        dy = torch.randn_like(x)
+        check = slice(0, 4)
+        y_ref = linrec.linrec(x[check].double().cpu(), c[check].double().cpu())
+        for kernel in kernels:
+            fn = getattr(cuda, f"linrec_{kernel}")
+            for config in linrec.compiled_configs():
+                e, t, m, a = config
+                if kernel == "tile" and e * t < length:
+                    continue
+                kw = dict(elems_per_thread=e, threads_per_block=t, memcode=m, algocode=a)
+                y = fn(x, c, **kw)
+                err = rel_error(y[check], y_ref)
+                args = (dy, c, y, None, -1, False, 2 if kernel == "tile" else 3, e, t, m, a)
+                fwd_ms = median_ms(lambda: fn(x, c, **kw), reps=reps)
+                bwd_ms = median_ms(lambda: torch.ops.linrec.linrec_bwd(*args), reps=reps)
+                size = x.numel() * x.element_size()
+                rows.append(dict(kernel=kernel, length=length, seqs=seqs, config=config, error=err,
+                                 fwd_ms=fwd_ms, bwd_ms=bwd_ms, fwd_gbs=3 * size / fwd_ms / 1e6,
+                                 bwd_gbs=5 * size / bwd_ms / 1e6))
+    return rows
+
+
+def best_table(rows, kernel, key):
+    out = []
+    for length in sorted({r["length"] for r in rows if r["kernel"] == kernel}):
+        cands = [r for r in rows if r["kernel"] == kernel and r["length"] == length and r["error"] < 1e-4]
+        if cands:
+            best = max(cands, key=lambda r: r[f"{key}_gbs"])
+            out.append((length, best[f"{key}_gbs"], best["config"]))
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m linrec.tune", description=__doc__.splitlines()[0])
+    parser.add_argument("--kernels", nargs="+", default=["tile", "pipe"], choices=["tile", "pipe"])
+    parser.add_argument("--lengths", nargs="+", type=int, default=DEFAULT_LENGTHS)
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"])
+    parser.add_argument("--max-elems", type=int, default=2**27)
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--json", default="tune.json")
+    args = parser.parse_args(argv)
+    rows = tune(args.kernels, args.lengths, getattr(torch, args.dtype), args.max_elems, args.reps)
+    print(f"device: {torch.cuda.get_device_name()}, dtype {args.dtype}")
+    for kernel in args.kernels:
+        for key in ("fwd", "bwd"):
+            print(f"\nbest linrec_{kernel} {key}: length, GB/s, config (E, T, memcode, algocode)")
+            for length, gbs, config in best_table(rows, kernel, key):
+                print(f"  {length:>8} {gbs:>8.0f}  {config}")
+    bad = [r for r in rows if not r["error"] < 1e-4]
+    print(f"\n{len(rows)} runs, {len(bad)} with error above 1e-4")
+    with open(args.json, "w") as f:
+        json.dump(dict(device=torch.cuda.get_device_name(), dtype=args.dtype, rows=rows), f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

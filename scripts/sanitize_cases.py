@@ -1,0 +1,26 @@
+"""A small set of kernel calls for compute-sanitizer (memcheck, racecheck): every
+kernel family, both directions, partial tiles, misaligned views, fwd and bwd."""
+
+import torch
+
+import linrec
+from linrec.impl import cuda
+
+torch.manual_seed(0)
+for dtype in (torch.float32, torch.bfloat16):
+    base = torch.randn(3, 1031, device="cuda").to(dtype)
+    x = base[:, 1:]  # misaligned start, odd length
+    c = (torch.rand_like(base) * 0.5 + 0.5)[:, 1:]
+    h0 = torch.randn(3, device="cuda").to(dtype)
+    for reverse in (False, True):
+        for e, t, m, a in linrec.compiled_configs():
+            kw = dict(elems_per_thread=e, threads_per_block=t, memcode=m, algocode=a)
+            for fn in (cuda.linrec_tile, cuda.linrec_pipe):
+                if fn is cuda.linrec_tile and e * t < x.shape[-1]:
+                    continue
+                leaves = [v.clone().requires_grad_() for v in (x, c, h0)]
+                fn(*leaves[:2], reverse, initial=leaves[2], **kw).sum().backward()
+        leaves = [v.clone().requires_grad_() for v in (x, c, h0)]
+        cuda.linrec_ref(*leaves[:2], reverse, initial=leaves[2]).sum().backward()
+torch.cuda.synchronize()
+print("sanitize cases done")

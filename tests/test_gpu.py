@@ -1,0 +1,187 @@
+"""The CUDA kernels against the float64 reference, on the GPU (skipped without one).
+
+Outputs are allocated by the ops, so before each call the CUDA caching
+allocator is filled with NaN blocks that the op's allocations then reuse: an
+element the kernel fails to write shows up as NaN.
+"""
+
+import pytest
+import torch
+
+import linrec
+from conftest import HAS_CUDA_KERNELS, gpu_impls
+from reference import reference, reference_chunked, rel_error
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+TOL = {torch.float32: 1e-5, torch.float64: 1e-12, torch.float16: 1e-2, torch.bfloat16: 1e-2}
+IMPLS = list(gpu_impls()) if HAS_CUDA_KERNELS else ["linrec"]
+CONFIGS = linrec.compiled_configs()
+
+
+def poison(nbytes: int) -> None:
+    """Leave NaN-filled free blocks of about nbytes in the caching allocator."""
+    blocks = [torch.full((max(nbytes // 4, 1),), float("nan"), device="cuda") for _ in range(6)]
+    del blocks
+
+
+def inputs(shape, dtype, device="cuda"):
+    x = torch.randn(shape, device=device).to(dtype)
+    c = (torch.rand(shape, device=device) * 0.6 + 0.4).to(dtype)
+    return x, c
+
+
+def check_fwd_bwd(fn, x, c, h0, reverse, dim=-1):
+    """Forward and all three gradients of fn against autograd through the float64 reference."""
+    tol = TOL[x.dtype]
+    leaves = [t.detach().clone().requires_grad_() for t in (x, c, h0)]
+    poison(3 * x.numel() * x.element_size())
+    y = fn(leaves[0], leaves[1], reverse, dim=dim, initial=leaves[2])
+    dy = torch.randn_like(y)
+    poison(3 * x.numel() * x.element_size())
+    grads = torch.autograd.grad(y, leaves, dy)
+
+    ref_leaves = [t.detach().double().requires_grad_() for t in (x, c, h0)]
+    y_ref = reference(*ref_leaves[:2], reverse, dim, ref_leaves[2])
+    ref_grads = torch.autograd.grad(y_ref, ref_leaves, dy.double())
+    assert rel_error(y, y_ref) < tol, "outputs"
+    for name, g, r in zip(("inputs", "coeffs", "initial"), grads, ref_grads):
+        assert rel_error(g, r) < tol, f"d_{name}"
+
+
+def config_kwargs(config):
+    e, t, m, a = config
+    return dict(elems_per_thread=e, threads_per_block=t, memcode=m, algocode=a)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("length", [0, 1, 2, 3, 17, 1000, 4096, 4097, 65537])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_lengths(impl, length, reverse):
+    fn = gpu_impls()[impl]
+    if impl == "cuda.linrec_tile" and length > 4096:
+        with pytest.raises(RuntimeError, match="tile kernel scans at most"):
+            fn(*inputs((2, length), torch.float32))
+        return
+    x, c = inputs((3, 5, length), torch.float32)
+    h0 = torch.randn(3, 5, device="cuda")
+    check_fwd_bwd(fn, x, c, h0, reverse)
+
+
+@pytest.mark.parametrize("kernel", ["tile", "pipe"])
+@pytest.mark.parametrize("config", CONFIGS, ids=[str(c) for c in CONFIGS])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_every_config(kernel, config, dtype, reverse):
+    from linrec.impl import cuda
+
+    tile_len = config[0] * config[1]
+    length = tile_len - 3 if kernel == "tile" else 3 * tile_len + 5  # partial last tile
+    fn = getattr(cuda, f"linrec_{kernel}")
+    x, c = inputs((7, length), dtype)
+    h0 = torch.randn(7, device="cuda").to(dtype)
+    check_fwd_bwd(lambda *a, **k: fn(*a, **k, **config_kwargs(config)), x, c, h0, reverse)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_dtypes(impl, dtype):
+    x, c = inputs((4, 3, 777), dtype)
+    h0 = torch.randn(4, 3, device="cuda").to(dtype)
+    check_fwd_bwd(gpu_impls()[impl], x, c, h0, False)
+
+
+VIEWS = {
+    "strided_last": lambda t: t[..., ::2],
+    "transposed": lambda t: t.transpose(0, 2),
+    "channel_last": lambda t: t.permute(0, 2, 1),
+    "misaligned": lambda t: t[..., 1:],
+}
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("view", list(VIEWS))
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_views_and_dims(impl, view, dim, reverse):
+    bx, bc = inputs((6, 9, 301), torch.float32)
+    x, c = VIEWS[view](bx), VIEWS[view](bc)
+    if impl == "cuda.linrec_tile" and x.shape[dim] > 4096:
+        pytest.skip("longer than one tile")
+    d = dim % 3
+    h0 = torch.randn(x.shape[:d] + x.shape[d + 1 :], device="cuda")
+    check_fwd_bwd(gpu_impls()[impl], x, c, h0, reverse, dim)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("coeff_shape", [(), (9, 1), (1, 301), (6, 1, 1)], ids=str)
+def test_coeff_broadcast(impl, coeff_shape):
+    x, _ = inputs((6, 9, 301), torch.float32)
+    c = torch.rand(coeff_shape, device="cuda") * 0.6 + 0.4
+    h0 = torch.randn(9, device="cuda")  # broadcast over the batch
+    check_fwd_bwd(gpu_impls()[impl], x, c, h0.expand(6, 9), False)
+
+
+@pytest.mark.parametrize("impl", ["linrec", "cuda.linrec_pipe"])
+@pytest.mark.parametrize("shape", [(1, 2**24), (4, 2**22 + 7)], ids=str)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_long_sequences(impl, shape, reverse):
+    fn = gpu_impls()[impl]
+    x, c = inputs(shape, torch.float32)
+    c = c * 0.0 + (1.0 - torch.rand(shape, device="cuda") * 1e-3)  # long memory
+    h0 = torch.randn(shape[0], device="cuda")
+    poison(3 * x.numel() * 4)
+    y = fn(x, c, reverse, initial=h0)
+    assert rel_error(y, reference_chunked(x, c, reverse, h0)) < 1e-5
+    dy = torch.randn_like(y)
+    leaves = [t.clone().requires_grad_() for t in (x, c, h0)]
+    dx, dc, dh0 = torch.autograd.grad(fn(*leaves[:2], reverse, initial=leaves[2]), leaves, dy)
+    # d_inputs is the reverse recurrence of dy with coefficients one step later.
+    zero = torch.zeros_like(c[:, :1])
+    c_next = torch.cat([zero, c[:, :-1]], 1) if reverse else torch.cat([c[:, 1:], zero], 1)
+    dx_ref = reference_chunked(dy, c_next, not reverse)
+    assert rel_error(dx, dx_ref) < 1e-5
+    y_prev = torch.cat([y[:, 1:], h0[:, None]], 1) if reverse else torch.cat([h0[:, None], y[:, :-1]], 1)
+    assert rel_error(dc, dx_ref * y_prev.double()) < 1e-5
+    first = -1 if reverse else 0
+    assert rel_error(dh0, dx_ref[:, first] * c[:, first].double()) < 1e-5
+
+
+def test_more_than_2_31_elements():
+    """64-bit offsets: a bf16 tensor of 2^31 + 2^16 elements, checked on its last sequences."""
+    if torch.cuda.get_device_properties(0).total_memory < 24 * 2**30:
+        pytest.skip("needs 24 GiB of GPU memory")
+    rows, length = 2**15 + 1, 2**16
+    x = torch.randn(rows, length, device="cuda", dtype=torch.bfloat16)
+    y = linrec.linrec(x, 0.99)
+    assert y.numel() > 2**31
+    tail = slice(rows - 3, rows)
+    assert rel_error(y[tail], reference_chunked(x[tail], 0.99)) < 1e-2
+    assert rel_error(y[:2], reference_chunked(x[:2], 0.99)) < 1e-2
+    del y
+    x.requires_grad_()
+    linrec.linrec(x, 0.99, reverse=True).backward(torch.ones_like(x))
+    assert rel_error(x.grad[tail], reference_chunked(torch.ones_like(x[tail]), 0.99, reverse=False)) < 1e-2
+
+
+def test_current_stream_is_used():
+    x, c = inputs((64, 5000), torch.float32)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        y = linrec.linrec(x, c)
+    s.synchronize()
+    assert rel_error(y, reference(x, c)) < 1e-5
+
+
+def test_compile_fullgraph_gpu():
+    def model(x, w):
+        return linrec.linrec(x.relu(), torch.sigmoid(w), dim=1).square().mean()
+
+    x = torch.randn(4, 1000, 64, device="cuda")
+    w = torch.randn(64, device="cuda", requires_grad=True)
+    loss = torch.compile(model, fullgraph=True)(x, w)
+    loss.backward()
+    w2 = w.detach().double().requires_grad_()
+    reference(x.relu(), torch.sigmoid(w2), dim=1).square().mean().backward()
+    assert rel_error(w.grad, w2.grad) < 1e-5
