@@ -65,15 +65,21 @@ struct KernelChoice {
   TileConfig config;
 };
 
-inline KernelChoice select_config(int64_t seq_len, bool unit_elem_stride) {
+inline KernelChoice select_config(int64_t seq_len, bool unit_elem_stride, bool backward) {
   // Sequences strided along their length (channel-last data scanned over T):
   // one thread per sequence, neighbouring threads on neighbouring channels, so
   // every load of a warp is coalesced.
   if (!unit_elem_stride) return {KernelKind::kRef, {}};
-  if (seq_len <= 4 * 64) return {KernelKind::kTile, {4, 64, MemCode::kVector, AlgoCode::kBlock}};
-  if (seq_len <= 8 * 256) return {KernelKind::kTile, {8, 256, MemCode::kVector, AlgoCode::kBlock}};
-  if (seq_len <= 16 * 256) return {KernelKind::kTile, {16, 256, MemCode::kVector, AlgoCode::kBlock}};
-  return {KernelKind::kPipe, {8, 256, MemCode::kVector, AlgoCode::kBlock}};
+  constexpr AlgoCode kFull = AlgoCode::kBlock;
+  if (!backward) {  // H100, fp32, 13200 sequences: pipe 8x64 leads from 1024 to 16384
+    if (seq_len <= 4 * 64) return {KernelKind::kTile, {4, 64, MemCode::kVector, kFull}};
+    if (seq_len <= 8 * 64) return {KernelKind::kTile, {8, 64, MemCode::kVector, kFull}};
+    return {KernelKind::kPipe, {8, 64, MemCode::kVector, kFull}};
+  }
+  // The backward holds three tensors per element: wider tiles pay off sooner.
+  if (seq_len <= 4 * 64) return {KernelKind::kTile, {4, 64, MemCode::kVector, kFull}};
+  if (seq_len <= 16 * 64) return {KernelKind::kTile, {16, 64, MemCode::kVector, kFull}};
+  return {KernelKind::kPipe, {16, 256, MemCode::kVector, kFull}};
 }
 
 }  // namespace linrec

@@ -129,12 +129,12 @@ struct LaunchChoice {
 };
 
 LaunchChoice choose(int64_t kernel, int64_t elems_per_thread, int64_t threads_per_block, int64_t memcode,
-                    int64_t algocode, int64_t seq_len, bool unit_elem_stride) {
+                    int64_t algocode, int64_t seq_len, bool unit_elem_stride, bool backward) {
   STD_TORCH_CHECK(kernel >= 0 && kernel <= 3, "linrec: kernel must be 0 (auto), 1 (ref), 2 (tile) or 3 (pipe), got ",
                   kernel);
   const auto kind = static_cast<KernelKind>(kernel);
   if (kind == KernelKind::kAuto) {
-    const KernelChoice c = select_config(seq_len, unit_elem_stride);
+    const KernelChoice c = select_config(seq_len, unit_elem_stride, backward);
     return {c.kind, c.config};
   }
   STD_TORCH_CHECK(memcode >= 0 && memcode <= 2, "linrec: memcode must be 0, 1 or 2, got ", memcode);
@@ -189,7 +189,7 @@ Tensor linrec_fwd(Tensor inputs, Tensor coeffs, std::optional<Tensor> initial, i
 #if defined(LINREC_WITH_CUDA)
   torch::stable::accelerator::DeviceGuard guard(inputs.get_device_index());
   const bool unit = p.index.elem_strides[kFwdInputs] == 1 && p.index.elem_strides[kFwdOutputs] == 1;
-  const LaunchChoice c = choose(kernel, elems_per_thread, threads_per_block, memcode, algocode, p.seq_len, unit);
+  const LaunchChoice c = choose(kernel, elems_per_thread, threads_per_block, memcode, algocode, p.seq_len, unit, false);
   cuda_fwd(p, dtype, c.kind, c.config, current_stream(inputs));
   return outputs;
 #else
@@ -245,7 +245,7 @@ std::tuple<Tensor, Tensor, Tensor> linrec_bwd(Tensor d_outputs, Tensor coeffs, T
   torch::stable::accelerator::DeviceGuard guard(d_outputs.get_device_index());
   const auto& es = p.index.elem_strides;
   const bool unit = es[kBwdDOutputs] == 1 && es[kBwdDInputs] == 1;
-  const LaunchChoice c = choose(kernel, elems_per_thread, threads_per_block, memcode, algocode, p.seq_len, unit);
+  const LaunchChoice c = choose(kernel, elems_per_thread, threads_per_block, memcode, algocode, p.seq_len, unit, true);
   cuda_bwd(p, dtype, c.kind, c.config, current_stream(d_outputs));
   return {d_inputs, d_coeffs, d_initial};
 #else

@@ -97,4 +97,6 @@ class _HopScan(torch.autograd.Function):
 def linrec_hop(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
     """linrec with torch._higher_order_ops.associative_scan for the forward and backward scans."""
     inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim)
+    if inputs.shape[dim] == 0:  # associative_scan rejects empty scans
+        return inputs * coeffs
     return _HopScan.apply(inputs, coeffs, initial, dim, reverse)
