@@ -42,6 +42,10 @@ def check_fwd_bwd(fn, x, c, h0, reverse, dim=-1):
     poison(3 * x.numel() * x.element_size())
     grads = torch.autograd.grad(y, leaves, dy)
 
+    if x.shape[dim] == 0:  # nothing to scan: the initial state gets no gradient
+        assert y.shape == x.shape and grads[0].shape == x.shape and grads[1].shape == x.shape
+        assert torch.equal(grads[2], torch.zeros_like(h0))
+        return
     ref_leaves = [t.detach().double().requires_grad_() for t in (x, c, h0)]
     y_ref = reference(*ref_leaves[:2], reverse, dim, ref_leaves[2])
     ref_grads = torch.autograd.grad(y_ref, ref_leaves, dy.double())
@@ -61,7 +65,7 @@ def config_kwargs(config):
 def test_lengths(impl, length, reverse):
     fn = gpu_impls()[impl]
     if impl == "cuda.linrec_tile" and length > 4096:
-        with pytest.raises(RuntimeError, match="tile kernel scans at most"):
+        with pytest.raises(ValueError, match="tile kernel scans at most"):
             fn(*inputs((2, length), torch.float32))
         return
     x, c = inputs((3, 5, length), torch.float32)
@@ -163,6 +167,13 @@ def test_more_than_2_31_elements():
     x.requires_grad_()
     linrec.linrec(x, 0.99, reverse=True).backward(torch.ones_like(x))
     assert rel_error(x.grad[tail], reference_chunked(torch.ones_like(x[tail]), 0.99, reverse=False)) < 1e-2
+
+
+def test_uncompiled_config_error():
+    from linrec.impl import cuda
+
+    with pytest.raises(ValueError, match="is not compiled"):
+        cuda.linrec_pipe(*inputs((2, 100), torch.float32), elems_per_thread=3)
 
 
 def test_current_stream_is_used():

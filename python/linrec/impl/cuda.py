@@ -12,6 +12,9 @@ op as plain ints, so torch.compile traces these calls like any other.
 
 from __future__ import annotations
 
+import functools
+
+from .. import compiled_configs
 from .._args import normalize
 from .._ops import KERNEL_PIPE, KERNEL_REF, KERNEL_TILE, call_compiled
 
@@ -19,6 +22,26 @@ from .._ops import KERNEL_PIPE, KERNEL_REF, KERNEL_TILE, call_compiled
 def _check_cuda(inputs):
     if not inputs.is_cuda:
         raise ValueError(f"linrec.impl.cuda: inputs must be a CUDA tensor, got one on {inputs.device}")
+
+
+@functools.cache
+def _compiled():
+    return frozenset(compiled_configs())
+
+
+def _check_config(kernel, inputs, dim, elems_per_thread, threads_per_block, memcode, algocode):
+    config = (elems_per_thread, threads_per_block, memcode, algocode)
+    if config not in _compiled():
+        raise ValueError(
+            f"linrec_{kernel}: config (elems_per_thread, threads_per_block, memcode, algocode) = {config} "
+            "is not compiled; see linrec.compiled_configs(), or build with LINREC_CONFIGS=full"
+        )
+    if kernel == "tile" and inputs.shape[dim] > elems_per_thread * threads_per_block:
+        raise ValueError(
+            f"linrec_tile: the tile kernel scans at most elems_per_thread * threads_per_block = "
+            f"{elems_per_thread * threads_per_block} elements, but the sequence has {inputs.shape[dim]}; "
+            "use linrec_pipe or a larger config"
+        )
 
 
 def linrec_ref(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
@@ -31,6 +54,7 @@ def linrec_tile(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems_pe
                 threads_per_block=256, memcode=1, algocode=3):
     inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim)
     _check_cuda(inputs)
+    _check_config("tile", inputs, dim, elems_per_thread, threads_per_block, memcode, algocode)
     return call_compiled(inputs, coeffs, initial, dim, reverse, KERNEL_TILE, elems_per_thread,
                          threads_per_block, memcode, algocode)
 
@@ -39,5 +63,6 @@ def linrec_pipe(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems_pe
                 threads_per_block=256, memcode=1, algocode=3):
     inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim)
     _check_cuda(inputs)
+    _check_config("pipe", inputs, dim, elems_per_thread, threads_per_block, memcode, algocode)
     return call_compiled(inputs, coeffs, initial, dim, reverse, KERNEL_PIPE, elems_per_thread,
                          threads_per_block, memcode, algocode)
