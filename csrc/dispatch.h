@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "config.h"
 
@@ -54,20 +55,16 @@ constexpr auto CONFIG_LIST = concat(
 #endif
 
 // Calls fn.template operator()<C>() for the compiled config C equal to `config`.
-template <auto kList = CONFIG_LIST, std::size_t I = 0, typename Fn>
+// A fold over the list's indices, not recursion: the full product has 288 entries.
+template <auto kList = CONFIG_LIST, typename Fn>
 void dispatch_config(const TileConfig& config, Fn&& fn, const char* kernel_name) {
-  if constexpr (I < kList.size()) {
-    constexpr TileConfig kConfig = kList[I];
-    if (config == kConfig) {
-      fn.template operator()<kConfig>();
-      return;
-    }
-    dispatch_config<kList, I + 1>(config, static_cast<Fn&&>(fn), kernel_name);
-  } else {
+  const bool found = [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return ((config == kList[I] ? (fn.template operator()<kList[I]>(), true) : false) || ...);
+  }(std::make_index_sequence<kList.size()>{});
+  if (!found)
     throw std::invalid_argument(std::string("linrec: ") + kernel_name + " is not compiled for " +
                                 config.to_string() +
                                 "; see linrec.compiled_configs(), or build with LINREC_CONFIGS=full");
-  }
 }
 
 // The shape -> kernel rule used when the caller asks for KernelKind::kAuto.
