@@ -18,9 +18,7 @@ namespace {
 PyObject* compiled_configs(PyObject*, PyObject*) {
   PyObject* list = PyList_New(0);
   if (!list) return nullptr;
-#if !defined(LINREC_WITH_CUDA)
-  return list;  // the configs are those of the CUDA tile and pipe kernels
-#endif
+#if defined(LINREC_WITH_CUDA)  // the configs are those of the CUDA tile and pipe kernels
   for (const linrec::TileConfig& c : linrec::CONFIG_LIST) {
     PyObject* item = Py_BuildValue("(iiii)", c.elems_per_thread, c.threads_per_block,
                                    static_cast<int>(c.memcode), static_cast<int>(c.algocode));
@@ -31,6 +29,7 @@ PyObject* compiled_configs(PyObject*, PyObject*) {
     }
     Py_DECREF(item);
   }
+#endif
   return list;
 }
 

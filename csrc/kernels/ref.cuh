@@ -11,10 +11,14 @@ namespace linrec {
 
 constexpr int kRefThreadsPerBlock = 128;
 
+__device__ __forceinline__ int64_t this_thread_seq() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kRefThreadsPerBlock) ref_fwd_kernel(const ForwardParams p) {
   using Acc = acc_t<T>;
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t n = this_thread_seq();
   if (n >= p.num_seqs) return;
   int64_t off[kNumFwdSlots];
   p.index.offsets(n, off);
@@ -35,7 +39,7 @@ __global__ void __launch_bounds__(kRefThreadsPerBlock) ref_fwd_kernel(const Forw
 template <typename T>
 __global__ void __launch_bounds__(kRefThreadsPerBlock) ref_bwd_kernel(const BackwardParams p) {
   using Acc = acc_t<T>;
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t n = this_thread_seq();
   if (n >= p.num_seqs) return;
   int64_t off[kNumBwdSlots];
   p.index.offsets(n, off);

@@ -34,6 +34,32 @@ constexpr int tiled_dynamic_smem_bytes() {
              : 0;
 }
 
+// The tiles of one sequence in scan order: tile k starts at start(k). The tile
+// kernel has one tile; the pipe kernel has ceil(len / tile_len).
+struct TileOrder {
+  int64_t num_tiles, tile_len;
+  bool rev;
+  __device__ __forceinline__ int64_t start(int64_t k) const { return (rev ? num_tiles - 1 - k : k) * tile_len; }
+};
+
+template <int64_t kTileLen, bool kPipe>
+__device__ __forceinline__ TileOrder tile_order(int64_t len, bool rev) {
+  return {kPipe ? (len + kTileLen - 1) / kTileLen : 1, kTileLen, rev};
+}
+
+// The dynamic shared memory that the coalesced memio strategy stages tiles in.
+template <typename Acc>
+__device__ __forceinline__ Acc* staging_smem() {
+  extern __shared__ __align__(16) unsigned char dynamic_smem[];
+  return reinterpret_cast<Acc*>(dynamic_smem);
+}
+
+template <int E, typename Acc>
+__device__ __forceinline__ void move_registers(Acc (&dst)[E], const Acc (&src)[E]) {
+#pragma unroll
+  for (int i = 0; i < E; ++i) dst[i] = src[i];
+}
+
 // Kernels take the config as plain ints: nvcc's host stubs cannot spell class-type template arguments.
 template <int E, int NT, int M, int A>
 constexpr TileConfig kConfigOf{E, NT, static_cast<MemCode>(M), static_cast<AlgoCode>(A)};
@@ -45,8 +71,7 @@ __global__ void __launch_bounds__(NT_) tiled_fwd_kernel(const ForwardParams p) {
   constexpr int E = C.elems_per_thread;
   constexpr int NT = C.threads_per_block;
   constexpr int64_t kTileLen = static_cast<int64_t>(E) * NT;
-  extern __shared__ __align__(16) unsigned char dynamic_smem[];
-  Acc* smem = reinterpret_cast<Acc*>(dynamic_smem);
+  Acc* smem = staging_smem<Acc>();
   __shared__ BlockScanStorage<Acc> storage;
 
   int64_t off[kNumFwdSlots];
@@ -60,26 +85,22 @@ __global__ void __launch_bounds__(NT_) tiled_fwd_kernel(const ForwardParams p) {
   const bool rev = p.reverse;
   Acc carry = p.initial ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kFwdInitial]]) : Acc(0);
 
-  const int64_t num_tiles = kPipe ? (len + kTileLen - 1) / kTileLen : 1;
-  auto tile_start = [&](int64_t k) { return (rev ? num_tiles - 1 - k : k) * kTileLen; };
+  const TileOrder tiles = tile_order<kTileLen, kPipe>(len, rev);
 
   Acc xs[E], cs[E];
-  load_tile<C.memcode>(xs, x, sx, tile_start(0), len, Acc(0), smem);
-  load_tile<C.memcode>(cs, c, sc, tile_start(0), len, Acc(1), smem);
-  for (int64_t k = 0; k < num_tiles; ++k) {
+  load_tile<C.memcode>(xs, x, sx, tiles.start(0), len, Acc(0), smem);
+  load_tile<C.memcode>(cs, c, sc, tiles.start(0), len, Acc(1), smem);
+  for (int64_t k = 0; k < tiles.num_tiles; ++k) {
     Acc next_xs[E], next_cs[E];
-    if (kPipe && k + 1 < num_tiles) {
-      load_tile<C.memcode>(next_xs, x, sx, tile_start(k + 1), len, Acc(0), smem);
-      load_tile<C.memcode>(next_cs, c, sc, tile_start(k + 1), len, Acc(1), smem);
+    if (kPipe && k + 1 < tiles.num_tiles) {
+      load_tile<C.memcode>(next_xs, x, sx, tiles.start(k + 1), len, Acc(0), smem);
+      load_tile<C.memcode>(next_cs, c, sc, tiles.start(k + 1), len, Acc(1), smem);
     }
     scan_tile<C.algocode, E, NT>(xs, cs, rev, carry, storage);
-    store_tile<C.memcode>(y, sy, xs, tile_start(k), len, smem);
+    store_tile<C.memcode>(y, sy, xs, tiles.start(k), len, smem);
     if constexpr (kPipe) {
-#pragma unroll
-      for (int i = 0; i < E; ++i) {
-        xs[i] = next_xs[i];
-        cs[i] = next_cs[i];
-      }
+      move_registers(xs, next_xs);
+      move_registers(cs, next_cs);
     }
   }
 }
@@ -91,8 +112,7 @@ __global__ void __launch_bounds__(NT_) tiled_bwd_kernel(const BackwardParams p) 
   constexpr int E = C.elems_per_thread;
   constexpr int NT = C.threads_per_block;
   constexpr int64_t kTileLen = static_cast<int64_t>(E) * NT;
-  extern __shared__ __align__(16) unsigned char dynamic_smem[];
-  Acc* smem = reinterpret_cast<Acc*>(dynamic_smem);
+  Acc* smem = staging_smem<Acc>();
   __shared__ BlockScanStorage<Acc> storage;
 
   int64_t off[kNumBwdSlots];
@@ -109,20 +129,19 @@ __global__ void __launch_bounds__(NT_) tiled_bwd_kernel(const BackwardParams p) 
   const Acc initial = p.initial ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kBwdInitial]]) : Acc(0);
   Acc carry = Acc(0);
 
-  const int64_t num_tiles = kPipe ? (len + kTileLen - 1) / kTileLen : 1;
-  auto tile_start = [&](int64_t k) { return (rev ? num_tiles - 1 - k : k) * kTileLen; };
+  const TileOrder tiles = tile_order<kTileLen, kPipe>(len, rev);
 
   Acc gs[E], cs[E];
-  load_tile<C.memcode>(gs, dy, es[kBwdDOutputs], tile_start(0), len, Acc(0), smem);
-  load_tile<C.memcode>(cs, c, es[kBwdCoeffs], tile_start(0), len, Acc(1), smem);
+  load_tile<C.memcode>(gs, dy, es[kBwdDOutputs], tiles.start(0), len, Acc(0), smem);
+  load_tile<C.memcode>(cs, c, es[kBwdCoeffs], tiles.start(0), len, Acc(1), smem);
   const int64_t first = fwd_rev ? len - 1 : 0;  // the forward direction's first step
-  for (int64_t k = 0; k < num_tiles; ++k) {
-    const int64_t start = tile_start(k);
+  for (int64_t k = 0; k < tiles.num_tiles; ++k) {
+    const int64_t start = tiles.start(k);
     const int64_t mine = start + static_cast<int64_t>(threadIdx.x) * E;
     Acc next_gs[E], next_cs[E];
-    if (kPipe && k + 1 < num_tiles) {
-      load_tile<C.memcode>(next_gs, dy, es[kBwdDOutputs], tile_start(k + 1), len, Acc(0), smem);
-      load_tile<C.memcode>(next_cs, c, es[kBwdCoeffs], tile_start(k + 1), len, Acc(1), smem);
+    if (kPipe && k + 1 < tiles.num_tiles) {
+      load_tile<C.memcode>(next_gs, dy, es[kBwdDOutputs], tiles.start(k + 1), len, Acc(0), smem);
+      load_tile<C.memcode>(next_cs, c, es[kBwdCoeffs], tiles.start(k + 1), len, Acc(1), smem);
     }
     Acc first_coeff = Acc(0);  // coeffs[first], if this thread holds it
 #pragma unroll
@@ -143,11 +162,8 @@ __global__ void __launch_bounds__(NT_) tiled_bwd_kernel(const BackwardParams p) 
     }
     store_tile<C.memcode>(dc, es[kBwdDCoeffs], ys, start, len, smem);
     if constexpr (kPipe) {
-#pragma unroll
-      for (int i = 0; i < E; ++i) {
-        gs[i] = next_gs[i];
-        cs[i] = next_cs[i];
-      }
+      move_registers(gs, next_gs);
+      move_registers(cs, next_cs);
     }
   }
 }
