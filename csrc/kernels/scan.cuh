@@ -27,24 +27,23 @@ struct BlockScanStorage {
   Acc carry;
 };
 
-// (y, c) <- (prev_y, prev_c) then (y, c): the state after both steps.
-template <typename Acc>
-__device__ __forceinline__ void combine_after(Acc prev_y, Acc prev_c, Acc& y, Acc& c) {
-  y = c * prev_y + y;
-  c = c * prev_c;
-}
-
 // Level 1: scan this thread's elements in place; returns its total in (y, c).
 template <int E, typename Acc>
 __device__ __forceinline__ void scan_thread(Acc (&y)[E], Acc (&c)[E], bool rev, Acc& total_y, Acc& total_c) {
   if (!rev) {
 #pragma unroll
-    for (int i = 1; i < E; ++i) combine_after(y[i - 1], c[i - 1], y[i], c[i]);
+    for (int i = 1; i < E; ++i) {
+      y[i] = c[i] * y[i - 1] + y[i];
+      c[i] = c[i] * c[i - 1];
+    }
     total_y = y[E - 1];
     total_c = c[E - 1];
   } else {
 #pragma unroll
-    for (int i = E - 2; i >= 0; --i) combine_after(y[i + 1], c[i + 1], y[i], c[i]);
+    for (int i = E - 2; i >= 0; --i) {
+      y[i] = c[i] * y[i + 1] + y[i];
+      c[i] = c[i] * c[i + 1];
+    }
     total_y = y[0];
     total_c = c[0];
   }
@@ -67,7 +66,10 @@ __device__ __forceinline__ void scan_warp(Acc& y, Acc& c, bool rev, Acc& ex_y, A
   for (int delta = 1; delta < kWarpSize; delta *= 2) {
     const Acc prev_y = shfl_prev(y, delta, rev);
     const Acc prev_c = shfl_prev(c, delta, rev);
-    if (logical_lane >= delta) combine_after(prev_y, prev_c, y, c);
+    if (logical_lane >= delta) {
+      y = c * prev_y + y;
+      c = c * prev_c;
+    }
   }
   ex_y = shfl_prev(y, 1, rev);
   ex_c = shfl_prev(c, 1, rev);
@@ -101,7 +103,10 @@ __device__ __forceinline__ Acc scan_block(Acc warp_y, Acc warp_c, Acc carry, boo
     for (int delta = 1; delta < kWarps; delta *= 2) {
       const Acc prev_y = __shfl_up_sync(kFullMask, y, delta);
       const Acc prev_c = __shfl_up_sync(kFullMask, c, delta);
-      if (lane >= delta) combine_after(prev_y, prev_c, y, c);
+      if (lane >= delta) {
+        y = c * prev_y + y;
+        c = c * prev_c;
+      }
     }
     // State before warp `lane` = (inclusive total of warps before it) applied to the carry.
     Acc ex_y = __shfl_up_sync(kFullMask, y, 1);

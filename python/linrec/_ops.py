@@ -45,6 +45,8 @@ def _backward(ctx, d_outputs):
 torch.library.register_autograd("linrec::linrec_fwd", _backward, setup_context=_setup_context)
 
 
+MAX_CUDA_SEQS = 2**31 - 1  # LINREC_MAX_CUDA_SEQS in csrc/params.h
+
 # The `kernel` argument of the ops.
 KERNEL_AUTO, KERNEL_REF, KERNEL_TILE, KERNEL_PIPE = 0, 1, 2, 3
 
@@ -52,5 +54,8 @@ KERNEL_AUTO, KERNEL_REF, KERNEL_TILE, KERNEL_PIPE = 0, 1, 2, 3
 def call_compiled(inputs, coeffs, initial, dim, reverse, kernel=KERNEL_AUTO, elems_per_thread=0,
                   threads_per_block=0, memcode=0, algocode=3):
     """Run the compiled op on arguments already checked by _args.normalize."""
+    if inputs.is_cuda and inputs.shape[dim] and inputs.numel() // inputs.shape[dim] > MAX_CUDA_SEQS:
+        raise ValueError(f"linrec: inputs holds {inputs.numel() // inputs.shape[dim]} sequences; the CUDA "
+                         f"kernels take at most {MAX_CUDA_SEQS} in one call (split the batch)")
     return fwd_op(inputs, coeffs, initial, dim, bool(reverse), kernel, elems_per_thread, threads_per_block,
                   memcode, algocode)
