@@ -1,8 +1,16 @@
-import pytest
-import torch
+import glob
+import os
 
-import linrec
-from linrec.impl import python as py_impl
+# Without a GPU, the Triton kernels run in Triton's interpreter on CPU tensors.
+# It must be chosen before triton is imported.
+if not glob.glob("/dev/nvidia[0-9]*"):
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import linrec  # noqa: E402
+from linrec.impl import python as py_impl  # noqa: E402
 
 HAS_GPU = torch.cuda.is_available()
 HAS_CUDA_KERNELS = HAS_GPU and linrec.build_info()["cuda"]
@@ -18,13 +26,15 @@ CPU_IMPLS = {
 def gpu_impls():
     if not HAS_CUDA_KERNELS:
         return {}
-    from linrec.impl import cuda
+    from linrec.impl import cuda, triton
 
     return {
         "linrec": linrec.linrec,
         "cuda.linrec_ref": cuda.linrec_ref,
         "cuda.linrec_tile": cuda.linrec_tile,
         "cuda.linrec_pipe": cuda.linrec_pipe,
+        "triton.linrec_tile": triton.linrec_tile,
+        "triton.linrec_pipe": triton.linrec_pipe,
     }
 
 

@@ -64,7 +64,8 @@ def config_kwargs(config):
 @pytest.mark.parametrize("reverse", [False, True])
 def test_lengths(impl, length, reverse):
     fn = gpu_impls()[impl]
-    if impl == "cuda.linrec_tile" and length > 4096:
+    max_tile = {"cuda.linrec_tile": 4096, "triton.linrec_tile": 16384}.get(impl)
+    if max_tile and length > max_tile:
         with pytest.raises(ValueError, match="tile kernel scans at most"):
             fn(*inputs((2, length), torch.float32))
         return
@@ -111,8 +112,6 @@ VIEWS = {
 def test_views_and_dims(impl, view, dim, reverse):
     bx, bc = inputs((6, 9, 301), torch.float32)
     x, c = VIEWS[view](bx), VIEWS[view](bc)
-    if impl == "cuda.linrec_tile" and x.shape[dim] > 4096:
-        pytest.skip("longer than one tile")
     d = dim % 3
     h0 = torch.randn(x.shape[:d] + x.shape[d + 1 :], device="cuda")
     check_fwd_bwd(gpu_impls()[impl], x, c, h0, reverse, dim)
@@ -127,7 +126,7 @@ def test_coeff_broadcast(impl, coeff_shape):
     check_fwd_bwd(gpu_impls()[impl], x, c, h0.expand(6, 9), False)
 
 
-@pytest.mark.parametrize("impl", ["linrec", "cuda.linrec_pipe"])
+@pytest.mark.parametrize("impl", ["linrec", "cuda.linrec_pipe", "triton.linrec_pipe"])
 @pytest.mark.parametrize("shape", [(1, 2**24), (4, 2**22 + 7)], ids=str)
 @pytest.mark.parametrize("reverse", [False, True])
 def test_long_sequences(impl, shape, reverse):
@@ -186,12 +185,16 @@ def test_current_stream_is_used():
     assert rel_error(y, reference(x, c)) < 1e-5
 
 
-def test_compile_fullgraph_gpu():
+@pytest.mark.parametrize("impl", ["linrec", "triton.linrec_pipe", "triton.linrec_tile"])
+def test_compile_fullgraph_gpu(impl):
+    fn = gpu_impls()[impl]
+
     def model(x, w):
-        return linrec.linrec(x.relu(), torch.sigmoid(w), dim=1).square().mean()
+        return fn(x.relu(), torch.sigmoid(w), dim=1).square().mean()
 
     x = torch.randn(4, 1000, 64, device="cuda")
     w = torch.randn(64, device="cuda", requires_grad=True)
+    torch._dynamo.reset()
     loss = torch.compile(model, fullgraph=True)(x, w)
     loss.backward()
     w2 = w.detach().double().requires_grad_()

@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import functools
+import os
 import warnings
 
 import torch
@@ -33,7 +35,45 @@ def compiled_configs() -> list[tuple[int, int, int, int]]:
 
 
 _HAS_CUDA_KERNELS = bool(_C.build_info()["cuda"])
-_warned_fallback = False
+_BACKENDS = ("auto", "cuda", "triton")
+
+
+def _archs_cover(capability: tuple[int, int]) -> bool:
+    """Whether the compiled archs run on a device of this compute capability: SASS for
+    X.Y runs on X.Z with Z >= Y (X.Ya only on X.Y), PTX on anything at least as new."""
+    for arch in filter(None, _C.build_info()["cuda_archs"].replace(" ", ";").split(";")):
+        ptx = arch.endswith("+PTX")
+        name = arch.removesuffix("+PTX")
+        specific = name.endswith("a")
+        major, minor = (int(v) for v in name.rstrip("a").split("."))
+        if ptx and (major, minor) <= capability:
+            return True
+        if major == capability[0] and (minor == capability[1] if specific else minor <= capability[1]):
+            return True
+    return False
+
+
+@torch.compiler.assume_constant_result
+def _cuda_backend(device_index: int) -> str:
+    return _resolve_backend(device_index)
+
+
+@functools.cache
+def _resolve_backend(device_index: int) -> str:
+    """'cuda' or 'triton' for this device: LINREC_BACKEND forces one, auto prefers compiled kernels."""
+    choice = os.environ.get("LINREC_BACKEND", "auto")
+    if choice not in _BACKENDS:
+        raise ValueError(f"linrec: LINREC_BACKEND={choice!r}; expected one of {', '.join(_BACKENDS)}")
+    compiled = _HAS_CUDA_KERNELS and _archs_cover(torch.cuda.get_device_capability(device_index))
+    if choice == "cuda" and not compiled:
+        raise RuntimeError(f"linrec: LINREC_BACKEND=cuda, but this build has no CUDA kernels for "
+                           f"{torch.cuda.get_device_name(device_index)} (archs: {_C.build_info()['cuda_archs']!r})")
+    if choice == "triton" or not compiled:
+        if choice == "auto":
+            warnings.warn(f"linrec: no compiled kernels for {torch.cuda.get_device_name(device_index)} in this "
+                          "build; using the Triton implementation", stacklevel=3)
+        return "triton"
+    return "cuda"
 
 
 def linrec(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
@@ -53,15 +93,13 @@ def linrec(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
 
     Raises:
         ValueError: a wrong dtype, device, shape or dim, naming the argument.
-    """
-    global _warned_fallback
-    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim)
-    if inputs.device.type == "cpu" or (inputs.is_cuda and _HAS_CUDA_KERNELS):
-        return call_compiled(inputs, coeffs, initial, dim, reverse)
-    if not _warned_fallback:
-        warnings.warn(f"linrec: no compiled kernels for {inputs.device}; using the associative_scan "
-                      "reference, which is slow", stacklevel=2)
-        _warned_fallback = True
-    from .impl.python import linrec_hop
 
-    return linrec_hop(inputs, coeffs, reverse, dim=dim, initial=initial)
+    On CUDA tensors the compiled kernels run when the build has them for the device,
+    the Triton implementation otherwise; LINREC_BACKEND=cuda|triton forces one.
+    """
+    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim)
+    if inputs.is_cuda and _cuda_backend(inputs.device.index or 0) == "triton":
+        from .impl.triton import triton_fwd
+
+        return triton_fwd(inputs, coeffs, initial, dim, bool(reverse), True)
+    return call_compiled(inputs, coeffs, initial, dim, reverse)

@@ -1,0 +1,80 @@
+"""The Triton kernels against the float64 reference. Without a GPU they run in
+Triton's interpreter (TRITON_INTERPRET=1, set in conftest.py) on small CPU tensors;
+on a GPU the same tests run on CUDA tensors (and test_gpu.py runs the full suite)."""
+
+import os
+
+import pytest
+import torch
+
+from reference import reference, rel_error
+
+triton_impl = pytest.importorskip("linrec.impl.triton")
+DEVICE = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
+IMPLS = {"tile": triton_impl.linrec_tile, "pipe": triton_impl.linrec_pipe}
+TOL = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 1e-2}
+
+
+def check(fn, x, c, h0, reverse, dim=-1):
+    leaves = [t.clone().requires_grad_() for t in (x, c, h0)]
+    y = fn(leaves[0], leaves[1], reverse, dim=dim, initial=leaves[2])
+    dy = torch.randn_like(y)
+    grads = torch.autograd.grad(y, leaves, dy, allow_unused=True)
+    ref = [t.detach().double().requires_grad_() for t in (x, c, h0)]
+    y_ref = reference(ref[0], ref[1], reverse, dim, ref[2])
+    tol = TOL[x.dtype]
+    assert y.shape == x.shape and y.dtype == x.dtype
+    assert rel_error(y, y_ref) < tol
+    if x.shape[dim] == 0:
+        assert torch.equal(grads[2], torch.zeros_like(h0))
+        return
+    ref_grads = torch.autograd.grad(y_ref, ref, dy.double())
+    for name, g, r in zip(("inputs", "coeffs", "initial"), grads, ref_grads):
+        assert rel_error(g, r) < tol, name
+
+
+def rand(shape, dtype=torch.float64):
+    x = torch.randn(shape, device=DEVICE).to(dtype)
+    c = (torch.rand(shape, device=DEVICE) * 0.6 + 0.4).to(dtype)
+    return x, c
+
+
+@pytest.mark.parametrize("impl", list(IMPLS))
+@pytest.mark.parametrize("length", [0, 1, 2, 3, 17, 130])
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+def test_lengths(impl, length, reverse, dtype):
+    x, c = rand((2, 3, length), dtype)
+    check(IMPLS[impl], x, c, torch.randn(2, 3, device=DEVICE).to(dtype), reverse)
+
+
+@pytest.mark.parametrize("impl", list(IMPLS))
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize("view", ["strided", "transposed", "channel_last"])
+def test_views_and_dims(impl, dim, view):
+    bx, bc = rand((5, 6, 40))
+    pick = {"strided": lambda t: t[..., ::2], "transposed": lambda t: t.transpose(0, 2),
+            "channel_last": lambda t: t.permute(0, 2, 1)}[view]
+    x, c = pick(bx), pick(bc)
+    d = dim % 3
+    h0 = torch.randn(x.shape[:d] + x.shape[d + 1:], dtype=torch.float64, device=DEVICE)
+    check(IMPLS[impl], x, c, h0, True, dim)
+
+
+@pytest.mark.parametrize("impl", list(IMPLS))
+@pytest.mark.parametrize("coeff_shape", [(), (6, 1), (1, 70)], ids=str)
+def test_coeff_broadcast(impl, coeff_shape):
+    x, _ = rand((4, 6, 70))
+    c = torch.rand(coeff_shape, dtype=torch.float64, device=DEVICE) * 0.6 + 0.4
+    h0 = torch.randn(6, dtype=torch.float64, device=DEVICE).expand(4, 6)
+    check(IMPLS[impl], x, c, h0, False)
+
+
+def test_bf16_storage():
+    x, c = rand((3, 200), torch.bfloat16)
+    check(IMPLS["pipe"], x, c, torch.randn(3, device=DEVICE).bfloat16(), False)
+
+
+def test_tile_too_long_error():
+    with pytest.raises(ValueError, match="tile kernel scans at most"):
+        IMPLS["tile"](*rand((1, triton_impl.MAX_TILE + 1)))
