@@ -1,9 +1,21 @@
 #!/usr/bin/env bash
-# One call on a GPU machine: build, GPU tests, sanitizer, kernel attributes, a short benchmark.
-# Usage: bash scripts/gpu_check.sh [OUTDIR]   (the device tool passes $OUT)
-# Env: TESTS (pytest -k filter), SKIP_SANITIZER=1, SKIP_TUNE=1, TORCH_CUDA_ARCH_LIST (default 9.0).
+# On a GPU machine, in one call: install linrec (a carried wheel, or a build of this
+# tree), then run the GPU checks. Writes logs and JSON under OUTDIR.
+# Usage: bash scripts/gpu_check.sh [OUTDIR] [STEPS...]   (the device tool passes $OUT)
+#   STEPS (default: tests attrs main sanitizer bench): any of
+#     tests      the pytest suite (GPU tests included), filtered by $TESTS (pytest -k)
+#     attrs      python -m linrec.func_attrs (registers, spills)
+#     main       python -m linrec (the main job)
+#     sanitizer  compute-sanitizer memcheck + racecheck over scripts/sanitize_cases.py
+#     tune       python -m linrec.tune
+#     bench      python -m linrec.bench (table, JSON, PNG)
+# Env: LINREC_WHEEL (install this wheel with --no-deps instead of building),
+#      TORCH_CUDA_ARCH_LIST (default 9.0 when building), TESTS, BENCH_ARGS.
 set -uo pipefail
 out=${1:-${OUT:-results}}
+shift || true
+steps=${*:-tests attrs main sanitizer bench}
+repo=$(pwd)
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} MAX_JOBS=${MAX_JOBS:-16}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
@@ -11,23 +23,31 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 
 start=$(date +%s)
 if [ -n "${LINREC_WHEEL:-}" ]; then
-  python3 -m pip install --no-deps --force-reinstall "$LINREC_WHEEL" > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
+  python3 -m pip install --no-deps --force-reinstall "$LINREC_WHEEL" > "$out/install.log" 2>&1 || { tail -50 "$out/install.log"; exit 1; }
 else
-  python3 -m pip install --no-build-isolation --no-deps -v . > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
+  python3 -m pip install --no-build-isolation --no-deps -v . > "$out/install.log" 2>&1 || { tail -50 "$out/install.log"; exit 1; }
 fi
 echo "install: $(( $(date +%s) - start )) s"
 cd /tmp  # import the installed package, not the source tree
-python3 -m linrec --info | head -5
+python3 -m linrec --info > "$out/info.json"; head -6 "$out/info.json"
 
-python3 -m pytest -q -rfE -p no:cacheprovider "$OLDPWD/tests" ${TESTS:+-k "$TESTS"} --junitxml="$out/junit.xml" > "$out/tests.txt" 2>&1; tail -25 "$out/tests.txt"
-python3 -m linrec.func_attrs --json "$out/func_attrs.json" | tail -3
-python3 -m linrec
-if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
-  for tool in memcheck racecheck; do
-    compute-sanitizer --tool $tool --error-exitcode 9 python3 "$OLDPWD/scripts/sanitize_cases.py" > "$out/sanitizer_$tool.txt" 2>&1
-    echo "compute-sanitizer $tool: exit $? ($(grep -c ERROR "$out/sanitizer_$tool.txt") errors)"; tail -2 "$out/sanitizer_$tool.txt"
-  done
-fi
-if [ "${SKIP_TUNE:-0}" != 1 ]; then
-  python3 -m linrec.tune --json "$out/tune.json" --lengths 64 256 1024 4096 16384 65536 --reps 10 2>&1 | tail -40
-fi
+for step in $steps; do
+  echo "== $step"
+  case $step in
+    tests)
+      python3 -m pytest -q -rfE -p no:cacheprovider "$repo/tests" ${TESTS:+-k "$TESTS"} \
+        --junitxml="$out/junit.xml" > "$out/tests.txt" 2>&1
+      tail -15 "$out/tests.txt" ;;
+    attrs) python3 -m linrec.func_attrs --json "$out/func_attrs.json" | tail -1 ;;
+    main) python3 -m linrec ;;
+    sanitizer)
+      for tool in memcheck racecheck; do
+        compute-sanitizer --tool $tool --error-exitcode 9 python3 "$repo/scripts/sanitize_cases.py" \
+          > "$out/sanitizer_$tool.txt" 2>&1
+        echo "compute-sanitizer $tool: exit $?"; tail -1 "$out/sanitizer_$tool.txt"
+      done ;;
+    tune) python3 -m linrec.tune --json "$out/tune.json" --reps 10 2>&1 | tail -40 ;;
+    bench) python3 -m linrec.bench --json "$out/bench.json" --png "$out/bench.png" ${BENCH_ARGS:-} 2>&1 | tee "$out/bench.txt" | tail -150 ;;
+    *) echo "unknown step $step" ;;
+  esac
+done

@@ -22,9 +22,17 @@ __all__ = ["linrec", "build_info", "compiled_configs", "__version__"]
 
 
 def build_info() -> dict:
-    """What this installed build contains: version, CUDA version and archs, kernel configs."""
+    """What this installed build contains: version, backends, CUDA version and archs, kernel configs."""
     info = dict(_C.build_info())
     info["version"] = __version__
+    backends = ["cpu"] + (["cuda"] if info["cuda"] else [])
+    try:
+        import triton  # noqa: F401
+
+        backends.append("triton")
+    except ImportError:
+        pass
+    info["backends"] = backends
     info["configs"] = compiled_configs()
     return info
 

@@ -1,0 +1,158 @@
+"""python -m linrec.bench: throughput of linrec and its peers next to torch.add and the copy bandwidth.
+
+Cases (from TARGETS.md): #SMs x 100 sequences of length 16 .. 65536; few long
+sequences (1 x 2^24, 4 x 2^22); channel-last (8, 4096, 2048) scanned over dim=1;
+float32 and bfloat16. Forward counts 3 tensors of traffic (read x, c; write y),
+forward+backward 8 (the fused backward reads dy, c, y and writes dx, dc).
+Baselines measured in the same run: torch.add on the same shape (forward) and an
+elementwise product with autograd (forward+backward, the same 8-tensor class),
+and the device's copy bandwidth. Every time is the median of CUDA-event timings
+after warm-up. Writes JSON and a PNG plot (when matplotlib is importable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+import linrec
+from linrec._timing import copy_bandwidth_gbs, median_ms
+
+GRID_LENGTHS = [2**k for k in range(4, 17)]
+
+
+def implementations():
+    impls = {"linrec": linrec.linrec}
+    try:
+        from linrec.impl import triton as tr
+
+        impls["triton.pipe"] = tr.linrec_pipe
+    except ImportError:
+        pass
+    from linrec.impl.python import linrec_hop
+
+    impls["linrec_hop"] = linrec_hop
+    try:  # a peer, when importable
+        from accelerated_scan.warp import scan as warp_scan
+
+        impls["accelerated_scan"] = lambda x, c, reverse=False, dim=-1: warp_scan(c, x)
+    except ImportError:
+        pass
+    return impls
+
+
+def cases(sms):
+    for length in GRID_LENGTHS:
+        yield dict(name=f"grid L={length}", shape=(sms * 100, length), dim=-1, length=length)
+    yield dict(name="1 x 2^24", shape=(1, 2**24), dim=-1, length=2**24)
+    yield dict(name="4 x 2^22", shape=(4, 2**22), dim=-1, length=2**22)
+    yield dict(name="(8,4096,2048) dim=1", shape=(8, 4096, 2048), dim=1, length=4096)
+
+
+def time_case(fn, x, c, dim, backward, reps):
+    if not backward:
+        return median_ms(lambda: fn(x, c, dim=dim), reps=reps)
+    xg, cg = x.detach().requires_grad_(), c.detach().requires_grad_()
+    dy = torch.randn_like(x)
+
+    def step():
+        fn(xg, cg, dim=dim).backward(dy)
+
+    return median_ms(step, reps=reps)
+
+
+def run(dtypes, reps, max_hop_elems, only):
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    copy = copy_bandwidth_gbs()
+    impls = implementations()
+    rows = []
+    for dtype in dtypes:
+        for case in cases(sms):
+            if only and only not in case["name"]:
+                continue
+            x = torch.randn(case["shape"], device="cuda").to(dtype)
+            c = (torch.rand(case["shape"], device="cuda") * 0.5 + 0.5).to(dtype)
+            size = x.numel() * x.element_size()
+            baselines = {
+                False: median_ms(lambda: torch.add(x, c), reps=reps),
+                True: time_case(lambda a, b, dim: a * b, x, c, case["dim"], True, reps),
+            }
+            for backward in (False, True):
+                nbytes = (8 if backward else 3) * size
+                base = dict(case=case["name"], dtype=str(dtype).removeprefix("torch."), backward=backward,
+                            length=case["length"], copy_gbs=copy)
+                label = "torch.mul fwd+bwd" if backward else "torch.add"
+                ms = baselines[backward]
+                rows.append(dict(base, impl=label, ms=ms, gbs=nbytes / ms / 1e6, frac=nbytes / ms / 1e6 / copy))
+                for name, fn in impls.items():
+                    if name == "linrec_hop" and x.numel() > max_hop_elems:
+                        continue
+                    ms = time_case(fn, x, c, case["dim"], backward, reps)
+                    gbs = nbytes / ms / 1e6
+                    rows.append(dict(base, impl=name, ms=ms, gbs=gbs, frac=gbs / copy,
+                                     vs_baseline=baselines[backward] / ms))
+            del x, c
+            torch.cuda.empty_cache()
+    return copy, rows
+
+
+def print_table(rows):
+    print(f"{'case':<22}{'dtype':<9}{'pass':<8}{'impl':<20}{'ms':>9}{'GB/s':>8}{'/copy':>7}{'/base':>7}")
+    for r in rows:
+        vs = f"{r['vs_baseline']:>7.2f}" if "vs_baseline" in r else f"{'':>7}"
+        print(f"{r['case']:<22}{r['dtype']:<9}{'fwd+bwd' if r['backward'] else 'fwd':<8}{r['impl']:<20}"
+              f"{r['ms']:>9.3f}{r['gbs']:>8.0f}{r['frac']:>7.2f}{vs}")
+
+
+def plot(rows, copy, path):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not importable: no plot")
+        return
+    grid = [r for r in rows if r["case"].startswith("grid")]
+    panels = sorted({(r["dtype"], r["backward"]) for r in grid})
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
+    for ax, (dtype, backward) in zip(axes[0], panels):
+        for impl in sorted({r["impl"] for r in grid}):
+            pts = sorted((r["length"], r["gbs"]) for r in grid
+                         if r["impl"] == impl and r["dtype"] == dtype and r["backward"] == backward)
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=impl)
+        ax.axhline(copy, color="k", linestyle="--", label="device copy")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("sequence length (#SMs x 100 sequences)")
+        ax.set_ylabel("effective GB/s")
+        ax.set_title(f"{dtype} {'forward+backward' if backward else 'forward'}")
+        ax.legend(fontsize=8)
+    fig.suptitle(torch.cuda.get_device_name())
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"plot: {path}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m linrec.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--max-hop-elems", type=int, default=2**24, help="skip linrec_hop above this size")
+    parser.add_argument("--only", default="", help="run the cases whose name contains this")
+    parser.add_argument("--json", default="bench.json")
+    parser.add_argument("--png", default="bench.png")
+    args = parser.parse_args(argv)
+    copy, rows = run([getattr(torch, d) for d in args.dtypes], args.reps, args.max_hop_elems, args.only)
+    print(f"device: {torch.cuda.get_device_name()}, copy bandwidth {copy:.0f} GB/s (read + write)")
+    print_table(rows)
+    with open(args.json, "w") as f:
+        json.dump(dict(device=torch.cuda.get_device_name(), copy_gbs=copy, rows=rows), f, indent=1)
+    plot(rows, copy, args.png)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
