@@ -1,10 +1,10 @@
 """A small set of kernel calls for compute-sanitizer (memcheck, racecheck): every
-kernel family, both directions, partial tiles, misaligned views, fwd and bwd."""
+kernel family (CUDA and Triton), both directions, partial tiles, misaligned views, fwd and bwd."""
 
 import torch
 
 import linrec
-from linrec.impl import cuda
+from linrec.impl import cuda, triton
 
 torch.manual_seed(0)
 for dtype in (torch.float32, torch.bfloat16):
@@ -22,5 +22,8 @@ for dtype in (torch.float32, torch.bfloat16):
                 fn(*leaves[:2], reverse, initial=leaves[2], **kw).sum().backward()
         leaves = [v.clone().requires_grad_() for v in (x, c, h0)]
         cuda.linrec_ref(*leaves[:2], reverse, initial=leaves[2]).sum().backward()
+        for fn in (triton.linrec_tile, triton.linrec_pipe):
+            leaves = [v.clone().requires_grad_() for v in (x, c, h0)]
+            fn(*leaves[:2], reverse, initial=leaves[2]).sum().backward()
 torch.cuda.synchronize()
 print("sanitize cases done")

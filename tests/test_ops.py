@@ -115,9 +115,24 @@ def test_op_level_checks():
         torch.ops.linrec.linrec_fwd(X, c, None, 5, False, 0, 0, 0, 0, 3)
 
 
+@pytest.mark.parametrize("capability,archs,covered", [
+    ((9, 0), "8.0;9.0", True),
+    ((8, 9), "8.0;8.6", True),      # sm_86 SASS runs on sm_89
+    ((8, 9), "9.0", False),
+    ((9, 0), "9.0a", True),
+    ((10, 0), "9.0a;8.0", False),   # arch-specific SASS only on its own arch
+    ((12, 0), "9.0;10.0+PTX", True),  # PTX of an older arch
+    ((7, 5), "8.0+PTX", False),
+    ((9, 0), "", False),
+])
+def test_arch_coverage(capability, archs, covered):
+    assert linrec._archs_cover(capability, archs) == covered
+
+
 def test_build_info():
     info = linrec.build_info()
     assert info["version"] == linrec.__version__
     assert isinstance(info["cuda"], bool)
+    assert "cpu" in info["backends"] and ("cuda" in info["backends"]) == info["cuda"]
     if info["cuda"]:
         assert info["configs"] and all(len(c) == 4 for c in info["configs"])

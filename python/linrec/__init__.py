@@ -46,10 +46,10 @@ _HAS_CUDA_KERNELS = bool(_C.build_info()["cuda"])
 _BACKENDS = ("auto", "cuda", "triton")
 
 
-def _archs_cover(capability: tuple[int, int]) -> bool:
-    """Whether the compiled archs run on a device of this compute capability: SASS for
-    X.Y runs on X.Z with Z >= Y (X.Ya only on X.Y), PTX on anything at least as new."""
-    for arch in filter(None, _C.build_info()["cuda_archs"].replace(" ", ";").split(";")):
+def _archs_cover(capability: tuple[int, int], archs: str) -> bool:
+    """Whether a TORCH_CUDA_ARCH_LIST-style `archs` runs on a device of this compute capability:
+    SASS for X.Y runs on X.Z with Z >= Y (X.Ya only on X.Y), PTX on anything at least as new."""
+    for arch in filter(None, archs.replace(" ", ";").split(";")):
         ptx = arch.endswith("+PTX")
         name = arch.removesuffix("+PTX")
         specific = name.endswith("a")
@@ -72,7 +72,8 @@ def _resolve_backend(device_index: int) -> str:
     choice = os.environ.get("LINREC_BACKEND", "auto")
     if choice not in _BACKENDS:
         raise ValueError(f"linrec: LINREC_BACKEND={choice!r}; expected one of {', '.join(_BACKENDS)}")
-    compiled = _HAS_CUDA_KERNELS and _archs_cover(torch.cuda.get_device_capability(device_index))
+    capability = torch.cuda.get_device_capability(device_index)
+    compiled = _HAS_CUDA_KERNELS and _archs_cover(capability, _C.build_info()["cuda_archs"])
     if choice == "cuda" and not compiled:
         raise RuntimeError(f"linrec: LINREC_BACKEND=cuda, but this build has no CUDA kernels for "
                            f"{torch.cuda.get_device_name(device_index)} (archs: {_C.build_info()['cuda_archs']!r})")
