@@ -9,6 +9,7 @@ import torch
 
 from reference import reference, rel_error
 
+triton = pytest.importorskip("triton")
 triton_impl = pytest.importorskip("linrec.impl.triton")
 DEVICE = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
 IMPLS = {"tile": triton_impl.linrec_tile, "pipe": triton_impl.linrec_pipe}
@@ -78,3 +79,38 @@ def test_bf16_storage():
 def test_tile_too_long_error():
     with pytest.raises(ValueError, match="tile kernel scans at most"):
         IMPLS["tile"](*rand((1, triton_impl.MAX_TILE + 1)))
+
+
+COMPILE_FOR_SM90 = """
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from linrec.impl import triton as impl
+for kernel, pointers in (("_fwd_kernel", 4), ("_bwd_kernel", 7)):
+    fn = getattr(impl, kernel)
+    for dtype in ("fp32", "fp64", "bf16", "fp16"):
+        signature, constexprs = {}, {}
+        for i, name in enumerate(fn.arg_names):
+            if i < pointers:
+                signature[name] = "*" + dtype
+            elif name in ("HAS_INITIAL", "REVERSE", "PIPE", "BLOCK"):
+                signature[name] = "constexpr"
+                constexprs[(i,)] = 256 if name == "BLOCK" else True
+            else:
+                signature[name] = "i64"
+        compiled = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs),
+                                  target=GPUTarget("cuda", 90, 32))
+        assert ".entry" in compiled.asm["ptx"], (kernel, dtype)
+print("compiled")
+"""
+
+
+def test_kernels_compile_for_sm90():
+    """The real Triton compiler (which the interpreter is not) accepts the kernels for every
+    dtype; no GPU needed. Runs in a subprocess because the interpreter is chosen at import."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    result = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], env=env, capture_output=True, text=True)
+    assert result.returncode == 0 and "compiled" in result.stdout, result.stderr[-3000:]

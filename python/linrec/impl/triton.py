@@ -16,7 +16,7 @@ coefficients and any `dim` run without copies. The backward is one fused kernel
 (reads d_outputs, coeffs, outputs; writes d_inputs, d_coeffs): the same scan
 against the forward direction over d_outputs, with the coefficients one forward
 step later, then d_coeffs = d_inputs * (outputs one forward step earlier).
-Arithmetic is float32 for 16-bit storage.
+Arithmetic is float64 for float64 storage, float32 otherwise.
 """
 
 from __future__ import annotations
@@ -45,18 +45,9 @@ def _combine(c1, x1, c2, x2):
 
 
 @triton.jit
-def _acc(x, IS_F64: tl.constexpr):
-    # float64 stays float64; everything else is computed in float32
-    if IS_F64:
-        return x.to(tl.float64)
-    return x.to(tl.float32)
-
-
-@triton.jit
-def _acc_zeros(IS_F64: tl.constexpr):
-    if IS_F64:
-        return tl.zeros([1], dtype=tl.float64)
-    return tl.zeros([1], dtype=tl.float32)
+def _widen(x):
+    # The arithmetic type by promotion: float64 stays float64, 16-bit and float32 become float32.
+    return x + tl.zeros(x.shape, dtype=tl.float32)
 
 
 @triton.jit
@@ -67,23 +58,23 @@ def _seq_base(pid, n_inner, s_outer, s_inner):
 @triton.jit
 def _fwd_kernel(x_ptr, c_ptr, y_ptr, h0_ptr, L, n_inner,
                 sx0, sx1, sxl, sc0, sc1, scl, sy0, sy1, syl, sh0, sh1,
-                HAS_INITIAL: tl.constexpr, REVERSE: tl.constexpr, IS_F64: tl.constexpr, BLOCK: tl.constexpr,
+                HAS_INITIAL: tl.constexpr, REVERSE: tl.constexpr, BLOCK: tl.constexpr,
                 PIPE: tl.constexpr):
     pid = tl.program_id(0)
     x_ptr += _seq_base(pid, n_inner, sx0, sx1)
     c_ptr += _seq_base(pid, n_inner, sc0, sc1)
     y_ptr += _seq_base(pid, n_inner, sy0, sy1)
     offs = tl.arange(0, BLOCK)
-    carry = _acc_zeros(IS_F64)
+    carry = _widen(tl.zeros([1], dtype=x_ptr.dtype.element_ty))
     if HAS_INITIAL:
-        carry += _acc(tl.load(h0_ptr + _seq_base(pid, n_inner, sh0, sh1) + tl.zeros([1], dtype=tl.int32)), IS_F64)
+        carry += _widen(tl.load(h0_ptr + _seq_base(pid, n_inner, sh0, sh1) + tl.zeros([1], dtype=tl.int32)))
     num_blocks = tl.cdiv(L, BLOCK) if PIPE else 1
     for b in range(0, num_blocks):
         i = b * BLOCK + offs  # logical positions
         mask = i < L
         l = (L - 1 - i if REVERSE else i).to(tl.int64)
-        x = _acc(tl.load(x_ptr + l * sxl, mask=mask, other=0.0), IS_F64)
-        c = _acc(tl.load(c_ptr + l * scl, mask=mask, other=1.0), IS_F64)
+        x = _widen(tl.load(x_ptr + l * sxl, mask=mask, other=0.0))
+        c = _widen(tl.load(c_ptr + l * scl, mask=mask, other=1.0))
         cum_c, y = tl.associative_scan((c, x), axis=0, combine_fn=_combine)
         y = y + cum_c * carry
         tl.store(y_ptr + l * syl, y.to(y_ptr.dtype.element_ty), mask=mask)
@@ -94,7 +85,7 @@ def _fwd_kernel(x_ptr, c_ptr, y_ptr, h0_ptr, L, n_inner,
 def _bwd_kernel(dy_ptr, c_ptr, y_ptr, h0_ptr, dx_ptr, dc_ptr, dh0_ptr, L, n_inner,
                 sg0, sg1, sgl, sc0, sc1, scl, sy0, sy1, syl, sh0, sh1,
                 sdx0, sdx1, sdxl, sdc0, sdc1, sdcl, sdh0, sdh1,
-                HAS_INITIAL: tl.constexpr, REVERSE: tl.constexpr, IS_F64: tl.constexpr, BLOCK: tl.constexpr,
+                HAS_INITIAL: tl.constexpr, REVERSE: tl.constexpr, BLOCK: tl.constexpr,
                 PIPE: tl.constexpr):
     pid = tl.program_id(0)
     dy_ptr += _seq_base(pid, n_inner, sg0, sg1)
@@ -104,11 +95,11 @@ def _bwd_kernel(dy_ptr, c_ptr, y_ptr, h0_ptr, dx_ptr, dc_ptr, dh0_ptr, L, n_inne
     dc_ptr += _seq_base(pid, n_inner, sdc0, sdc1)
     offs = tl.arange(0, BLOCK)
     zero = tl.zeros([1], dtype=tl.int32)
-    initial = _acc_zeros(IS_F64)
+    initial = _widen(tl.zeros([1], dtype=dy_ptr.dtype.element_ty))
     if HAS_INITIAL:
-        initial += _acc(tl.load(h0_ptr + _seq_base(pid, n_inner, sh0, sh1) + zero), IS_F64)
+        initial += _widen(tl.load(h0_ptr + _seq_base(pid, n_inner, sh0, sh1) + zero))
     step = -1 if REVERSE else 1  # one step later in the forward direction, in memory
-    carry = _acc_zeros(IS_F64)
+    carry = _widen(tl.zeros([1], dtype=dy_ptr.dtype.element_ty))
     num_blocks = tl.cdiv(L, BLOCK) if PIPE else 1
     for b in range(0, num_blocks):
         i = b * BLOCK + offs  # logical positions of the backward scan
@@ -116,21 +107,21 @@ def _bwd_kernel(dy_ptr, c_ptr, y_ptr, h0_ptr, dx_ptr, dc_ptr, dh0_ptr, L, n_inne
         l = (i if REVERSE else L - 1 - i).to(tl.int64)
         nxt = l + step
         nxt_ok = mask & (nxt >= 0) & (nxt < L)
-        g = _acc(tl.load(dy_ptr + l * sgl, mask=mask, other=0.0), IS_F64)
-        c_next = _acc(tl.load(c_ptr + nxt * scl, mask=nxt_ok, other=0.0), IS_F64)
+        g = _widen(tl.load(dy_ptr + l * sgl, mask=mask, other=0.0))
+        c_next = _widen(tl.load(c_ptr + nxt * scl, mask=nxt_ok, other=0.0))
         c_next = tl.where(mask, c_next, 1.0)
         cum_c, dx = tl.associative_scan((c_next, g), axis=0, combine_fn=_combine)
         dx = dx + cum_c * carry
         prv = l - step
         prv_ok = mask & (prv >= 0) & (prv < L)
-        y_prev = _acc(tl.load(y_ptr + prv * syl, mask=prv_ok, other=0.0), IS_F64)
+        y_prev = _widen(tl.load(y_ptr + prv * syl, mask=prv_ok, other=0.0))
         y_prev = tl.where(prv_ok, y_prev, initial)
         tl.store(dx_ptr + l * sdxl, dx.to(dx_ptr.dtype.element_ty), mask=mask)
         tl.store(dc_ptr + l * sdcl, (dx * y_prev).to(dc_ptr.dtype.element_ty), mask=mask)
         carry = tl.sum(tl.where(offs == BLOCK - 1, dx, 0.0), axis=0, keep_dims=True)
     # After the last block the carry is d_inputs at the forward direction's first step.
     first = (L - 1 if REVERSE else 0) + zero
-    c_first = _acc(tl.load(c_ptr + first.to(tl.int64) * scl, mask=first >= 0, other=0.0), IS_F64)
+    c_first = _widen(tl.load(c_ptr + first.to(tl.int64) * scl, mask=first >= 0, other=0.0))
     tl.store(dh0_ptr + _seq_base(pid, n_inner, sdh0, sdh1) + zero, (carry * c_first).to(dh0_ptr.dtype.element_ty))
 
 
@@ -190,7 +181,7 @@ def triton_fwd(inputs: torch.Tensor, coeffs: torch.Tensor, initial: torch.Tensor
     h0 = _seq_view(initial, dim, state=True)[0] if initial is not None else x[:, :, 0]
     n = x.shape[0] * x.shape[1]
     args = (x, c, y, h0, L, x.shape[1], *_strides((x, c, y), 3), *_strides((h0,), 2))
-    flags = dict(HAS_INITIAL=initial is not None, REVERSE=reverse, IS_F64=inputs.dtype == torch.float64)
+    flags = dict(HAS_INITIAL=initial is not None, REVERSE=reverse)
     _launch(_fwd_kernel, _fwd_autotuned, n, L, pipe, args, flags)
     _write_back([(outputs.movedim(dim, -1), y, y_is_view)])
     return outputs
@@ -215,7 +206,7 @@ def triton_bwd(d_outputs: torch.Tensor, coeffs: torch.Tensor, outputs: torch.Ten
     n = g.shape[0] * g.shape[1]
     args = (g, c, y, h0, dx, dc, dh0, L, g.shape[1], *_strides((g, c, y), 3), *_strides((h0,), 2),
             *_strides((dx, dc), 3), *_strides((dh0,), 2))
-    flags = dict(HAS_INITIAL=initial is not None, REVERSE=reverse, IS_F64=d_outputs.dtype == torch.float64)
+    flags = dict(HAS_INITIAL=initial is not None, REVERSE=reverse)
     _launch(_bwd_kernel, _bwd_autotuned, n, L, pipe, args, flags)
     _write_back([(d_inputs.movedim(dim, -1), dx, dx_is_view), (d_coeffs.movedim(dim, -1), dc, dc_is_view),
                  (d_initial, dh0, dh0_is_view)])
