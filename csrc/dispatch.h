@@ -74,21 +74,25 @@ struct KernelChoice {
   TileConfig config;
 };
 
-inline KernelChoice select_config(int64_t seq_len, bool unit_elem_stride, bool backward) {
+inline KernelChoice select_config(int64_t seq_len, int64_t num_seqs, bool unit_elem_stride, bool backward,
+                                  int sm_count) {
   // Sequences strided along their length (channel-last data scanned over T):
   // one thread per sequence, neighbouring threads on neighbouring channels, so
   // every load of a warp is coalesced.
   if (!unit_elem_stride) return {KernelKind::kRef, {}};
   constexpr AlgoCode kFull = AlgoCode::kBlock;
-  if (!backward) {  // H100, fp32, 13200 sequences: pipe 8x64 leads from 1024 to 16384
-    if (seq_len <= 4 * 64) return {KernelKind::kTile, {4, 64, MemCode::kVector, kFull}};
-    if (seq_len <= 8 * 64) return {KernelKind::kTile, {8, 64, MemCode::kVector, kFull}};
-    return {KernelKind::kPipe, {8, 64, MemCode::kVector, kFull}};
-  }
-  // The backward holds three tensors per element: wider tiles pay off sooner.
+  // H100, fp32, 13200 sequences: pipe 8x64 leads the forward from 1024 to 16384;
+  // the backward holds three tensors per element, so wider tiles pay off sooner.
+  const TileConfig pipe = backward ? TileConfig{16, 256, MemCode::kVector, kFull}
+                                   : TileConfig{8, 64, MemCode::kVector, kFull};
+  // Fewer sequences than the GPU has room for blocks (one block per sequence
+  // would leave SMs idle), each several tiles long: a block per tile.
+  if (num_seqs < 2 * static_cast<int64_t>(sm_count) && seq_len >= 4 * pipe.tile_len())
+    return {KernelKind::kChained, pipe};
   if (seq_len <= 4 * 64) return {KernelKind::kTile, {4, 64, MemCode::kVector, kFull}};
-  if (seq_len <= 16 * 64) return {KernelKind::kTile, {16, 64, MemCode::kVector, kFull}};
-  return {KernelKind::kPipe, {16, 256, MemCode::kVector, kFull}};
+  if (!backward && seq_len <= 8 * 64) return {KernelKind::kTile, {8, 64, MemCode::kVector, kFull}};
+  if (backward && seq_len <= 16 * 64) return {KernelKind::kTile, {16, 64, MemCode::kVector, kFull}};
+  return {KernelKind::kPipe, pipe};
 }
 
 }  // namespace linrec

@@ -129,12 +129,13 @@ struct LaunchChoice {
 };
 
 LaunchChoice choose(int64_t kernel, int64_t elems_per_thread, int64_t threads_per_block, int64_t memcode,
-                    int64_t algocode, int64_t seq_len, bool unit_elem_stride, bool backward) {
-  STD_TORCH_CHECK(kernel >= 0 && kernel <= 3, "linrec: kernel must be 0 (auto), 1 (ref), 2 (tile) or 3 (pipe), got ",
-                  kernel);
+                    int64_t algocode, int64_t seq_len, int64_t num_seqs, bool unit_elem_stride, bool backward,
+                    int device) {
+  STD_TORCH_CHECK(kernel >= 0 && kernel <= 4,
+                  "linrec: kernel must be 0 (auto), 1 (ref), 2 (tile), 3 (pipe) or 4 (chained), got ", kernel);
   const auto kind = static_cast<KernelKind>(kernel);
   if (kind == KernelKind::kAuto) {
-    const KernelChoice c = select_config(seq_len, unit_elem_stride, backward);
+    const KernelChoice c = select_config(seq_len, num_seqs, unit_elem_stride, backward, cuda_sm_count(device));
     return {c.kind, c.config};
   }
   STD_TORCH_CHECK(memcode >= 0 && memcode <= 2, "linrec: memcode must be 0, 1 or 2, got ", memcode);
@@ -146,6 +147,14 @@ LaunchChoice choose(int64_t kernel, int64_t elems_per_thread, int64_t threads_pe
                     "threads_per_block = ", config.tile_len(), " elements, but the sequence has ", seq_len,
                     "; use the pipe kernel or a larger config");
   return {kind, config};
+}
+
+// The zeroed workspace of the chained kernels, if `c` is one; kept alive by the caller.
+std::optional<Tensor> chain_workspace(const Tensor& like, DType dtype, const LaunchChoice& c, int64_t num_seqs,
+                                      int64_t seq_len) {
+  if (c.kind != KernelKind::kChained) return std::nullopt;
+  const int64_t bytes = cuda_chained_workspace_bytes(dtype, num_seqs, seq_len, c.config);
+  return torch::stable::new_zeros(like, std::vector<int64_t>{bytes}, ScalarType::Byte);
 }
 
 void* current_stream(const Tensor& t) {
@@ -189,7 +198,10 @@ Tensor linrec_fwd(Tensor inputs, Tensor coeffs, std::optional<Tensor> initial, i
 #if defined(LINREC_WITH_CUDA)
   torch::stable::accelerator::DeviceGuard guard(inputs.get_device_index());
   const bool unit = p.index.elem_strides[kFwdInputs] == 1 && p.index.elem_strides[kFwdOutputs] == 1;
-  const LaunchChoice c = choose(kernel, elems_per_thread, threads_per_block, memcode, algocode, p.seq_len, unit, false);
+  const LaunchChoice c = choose(kernel, elems_per_thread, threads_per_block, memcode, algocode, p.seq_len,
+                                p.num_seqs, unit, false, inputs.get_device_index());
+  const std::optional<Tensor> workspace = chain_workspace(inputs, dtype, c, p.num_seqs, p.seq_len);
+  if (workspace) p.chain_workspace = workspace->mutable_data_ptr();
   cuda_fwd(p, dtype, c.kind, c.config, current_stream(inputs));
   return outputs;
 #else
@@ -245,7 +257,10 @@ std::tuple<Tensor, Tensor, Tensor> linrec_bwd(Tensor d_outputs, Tensor coeffs, T
   torch::stable::accelerator::DeviceGuard guard(d_outputs.get_device_index());
   const auto& es = p.index.elem_strides;
   const bool unit = es[kBwdDOutputs] == 1 && es[kBwdDInputs] == 1;
-  const LaunchChoice c = choose(kernel, elems_per_thread, threads_per_block, memcode, algocode, p.seq_len, unit, true);
+  const LaunchChoice c = choose(kernel, elems_per_thread, threads_per_block, memcode, algocode, p.seq_len,
+                                p.num_seqs, unit, true, d_outputs.get_device_index());
+  const std::optional<Tensor> workspace = chain_workspace(d_outputs, dtype, c, p.num_seqs, p.seq_len);
+  if (workspace) p.chain_workspace = workspace->mutable_data_ptr();
   cuda_bwd(p, dtype, c.kind, c.config, current_stream(d_outputs));
   return {d_inputs, d_coeffs, d_initial};
 #else
@@ -257,7 +272,7 @@ std::tuple<Tensor, Tensor, Tensor> linrec_bwd(Tensor d_outputs, Tensor coeffs, T
 }  // namespace linrec
 
 STABLE_TORCH_LIBRARY(linrec, m) {
-  // kernel: 0 auto (dispatch.h chooses), 1 ref, 2 tile, 3 pipe. The last four
+  // kernel: 0 auto (dispatch.h chooses), 1 ref, 2 tile, 3 pipe, 4 chained. The last four
   // ints select a compiled TileConfig for tile and pipe; auto and ref ignore them.
   m.def(
       "linrec_fwd(Tensor inputs, Tensor coeffs, Tensor? initial, int dim, bool reverse, int kernel, "

@@ -62,6 +62,7 @@ struct ForwardParams {
   const void* coeffs = nullptr;
   const void* initial = nullptr;  // nullptr: the state starts at zero
   void* outputs = nullptr;
+  void* chain_workspace = nullptr;  // chained kernels only: zeroed, see lookback.cuh
 };
 
 struct BackwardParams {
@@ -76,6 +77,7 @@ struct BackwardParams {
   void* d_inputs = nullptr;
   void* d_coeffs = nullptr;
   void* d_initial = nullptr;
+  void* chain_workspace = nullptr;  // chained kernels only: zeroed, see lookback.cuh
 };
 
 // Storage dtypes; arithmetic is float32 for the 16-bit types.

@@ -15,7 +15,7 @@ for dtype in (torch.float32, torch.bfloat16):
     for reverse in (False, True):
         for e, t, m, a in linrec.compiled_configs():
             kw = dict(elems_per_thread=e, threads_per_block=t, memcode=m, algocode=a)
-            for fn in (cuda.linrec_tile, cuda.linrec_pipe):
+            for fn in (cuda.linrec_tile, cuda.linrec_pipe, cuda.linrec_chained):
                 if fn is cuda.linrec_tile and e * t < x.shape[-1]:
                     continue
                 leaves = [v.clone().requires_grad_() for v in (x, c, h0)]

@@ -33,6 +33,7 @@ def gpu_impls():
         "cuda.linrec_ref": cuda.linrec_ref,
         "cuda.linrec_tile": cuda.linrec_tile,
         "cuda.linrec_pipe": cuda.linrec_pipe,
+        "cuda.linrec_chained": cuda.linrec_chained,
         "triton.linrec_tile": triton.linrec_tile,
         "triton.linrec_pipe": triton.linrec_pipe,
     }

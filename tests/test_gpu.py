@@ -74,7 +74,7 @@ def test_lengths(impl, length, reverse):
     check_fwd_bwd(fn, x, c, h0, reverse)
 
 
-@pytest.mark.parametrize("kernel", ["tile", "pipe"])
+@pytest.mark.parametrize("kernel", ["tile", "pipe", "chained"])
 @pytest.mark.parametrize("config", CONFIGS, ids=[str(c) for c in CONFIGS])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("reverse", [False, True])
@@ -126,7 +126,7 @@ def test_coeff_broadcast(impl, coeff_shape):
     check_fwd_bwd(gpu_impls()[impl], x, c, h0.expand(6, 9), False)
 
 
-@pytest.mark.parametrize("impl", ["linrec", "cuda.linrec_pipe", "triton.linrec_pipe"])
+@pytest.mark.parametrize("impl", ["linrec", "cuda.linrec_pipe", "cuda.linrec_chained", "triton.linrec_pipe"])
 @pytest.mark.parametrize("shape", [(1, 2**24), (4, 2**22 + 7)], ids=str)
 @pytest.mark.parametrize("reverse", [False, True])
 def test_long_sequences(impl, shape, reverse):

@@ -13,19 +13,17 @@
 namespace linrec {
 
 // Declared here, instantiated in kernels/instances/*.cu.
-#define LINREC_DECLARE_TILED(T)                                                                                \
-  extern template void launch_tiled<T, false, false, ForwardParams>(const ForwardParams&, const TileConfig&,   \
-                                                                    cudaStream_t);                             \
-  extern template void launch_tiled<T, true, false, ForwardParams>(const ForwardParams&, const TileConfig&,    \
-                                                                   cudaStream_t);                              \
-  extern template void launch_tiled<T, false, true, BackwardParams>(const BackwardParams&, const TileConfig&,  \
-                                                                    cudaStream_t);                             \
-  extern template void launch_tiled<T, true, true, BackwardParams>(const BackwardParams&, const TileConfig&,   \
-                                                                   cudaStream_t);                              \
-  extern template cudaFuncAttributes tiled_func_attrs<T, false, false>(const TileConfig&);                     \
-  extern template cudaFuncAttributes tiled_func_attrs<T, true, false>(const TileConfig&);                      \
-  extern template cudaFuncAttributes tiled_func_attrs<T, false, true>(const TileConfig&);                      \
-  extern template cudaFuncAttributes tiled_func_attrs<T, true, true>(const TileConfig&);
+#define LINREC_DECLARE_SCHEDULE(T, S)                                                                          \
+  extern template void launch_tiled<T, S, false, ForwardParams>(const ForwardParams&, const TileConfig&,       \
+                                                                cudaStream_t);                                 \
+  extern template void launch_tiled<T, S, true, BackwardParams>(const BackwardParams&, const TileConfig&,      \
+                                                                cudaStream_t);                                 \
+  extern template cudaFuncAttributes tiled_func_attrs<T, S, false>(const TileConfig&);                         \
+  extern template cudaFuncAttributes tiled_func_attrs<T, S, true>(const TileConfig&);
+#define LINREC_DECLARE_TILED(T)                   \
+  LINREC_DECLARE_SCHEDULE(T, Schedule::kOneTile)  \
+  LINREC_DECLARE_SCHEDULE(T, Schedule::kPipe)     \
+  LINREC_DECLARE_SCHEDULE(T, Schedule::kChained)
 LINREC_DECLARE_TILED(float)
 LINREC_DECLARE_TILED(double)
 LINREC_DECLARE_TILED(__half)
@@ -53,15 +51,33 @@ void launch(const Params& p, DType dtype, KernelKind kind, const TileConfig& con
         else ref_fwd_kernel<T><<<blocks, kRefThreadsPerBlock, 0, stream>>>(p);
         return check_launch(kBackward ? "linrec_ref_bwd" : "linrec_ref_fwd");
       }
-      case KernelKind::kTile: return launch_tiled<T, false, kBackward>(p, config, stream);
-      case KernelKind::kPipe: return launch_tiled<T, true, kBackward>(p, config, stream);
+      case KernelKind::kTile: return launch_tiled<T, Schedule::kOneTile, kBackward>(p, config, stream);
+      case KernelKind::kPipe: return launch_tiled<T, Schedule::kPipe, kBackward>(p, config, stream);
+      case KernelKind::kChained: return launch_tiled<T, Schedule::kChained, kBackward>(p, config, stream);
       case KernelKind::kAuto: break;
     }
     throw std::invalid_argument("linrec: no kernel chosen");
   });
 }
 
+template <typename T, Schedule S>
+cudaFuncAttributes attrs_of(bool backward, const TileConfig& config) {
+  return backward ? tiled_func_attrs<T, S, true>(config) : tiled_func_attrs<T, S, false>(config);
+}
+
 }  // namespace
+
+int64_t cuda_chained_workspace_bytes(DType dtype, int64_t num_seqs, int64_t seq_len, const TileConfig& config) {
+  int64_t bytes = 0;
+  by_dtype(dtype, [&]<typename T>() { bytes = chained_workspace_bytes<T>(num_seqs, seq_len, config); });
+  return bytes;
+}
+
+int cuda_sm_count(int device) {
+  int count = 0;
+  if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) return 0;
+  return count;
+}
 
 void cuda_fwd(const ForwardParams& p, DType dtype, KernelKind kind, const TileConfig& config, void* stream) {
   launch<false>(p, dtype, kind, config, static_cast<cudaStream_t>(stream));
@@ -79,12 +95,9 @@ FuncAttrs cuda_func_attrs(DType dtype, KernelKind kind, bool backward, const Til
       case KernelKind::kRef:
         err = backward ? cudaFuncGetAttributes(&a, ref_bwd_kernel<T>) : cudaFuncGetAttributes(&a, ref_fwd_kernel<T>);
         break;
-      case KernelKind::kTile:
-        a = backward ? tiled_func_attrs<T, false, true>(config) : tiled_func_attrs<T, false, false>(config);
-        break;
-      case KernelKind::kPipe:
-        a = backward ? tiled_func_attrs<T, true, true>(config) : tiled_func_attrs<T, true, false>(config);
-        break;
+      case KernelKind::kTile: a = attrs_of<T, Schedule::kOneTile>(backward, config); break;
+      case KernelKind::kPipe: a = attrs_of<T, Schedule::kPipe>(backward, config); break;
+      case KernelKind::kChained: a = attrs_of<T, Schedule::kChained>(backward, config); break;
       case KernelKind::kAuto: throw std::invalid_argument("linrec: func_attrs needs a kernel kind");
     }
     if (err != cudaSuccess) throw std::runtime_error(cudaGetErrorString(err));

@@ -79,11 +79,13 @@ __device__ __forceinline__ void scan_warp(Acc& y, Acc& c, bool rev, Acc& ex_y, A
   }
 }
 
-// Level 3: combine the warps' totals and the carry. Every thread gets the state
-// before its warp; storage.carry becomes the state after the tile. Contains two
-// block barriers.
-template <int NT, typename Acc>
-__device__ __forceinline__ Acc scan_block(Acc warp_y, Acc warp_c, Acc carry, bool rev,
+// Level 3: combine the warps' totals and the state before the tile. Every thread
+// gets the state before its warp; storage.carry becomes the state after the tile.
+// `state_before(total_y, total_c)` gives the state before the tile; warp 0 calls it
+// (all lanes) once the tile's total is known, so a multi-block scan can look back
+// there. Contains two block barriers.
+template <int NT, typename Acc, typename StateBefore>
+__device__ __forceinline__ Acc scan_block(Acc warp_y, Acc warp_c, StateBefore&& state_before, bool rev,
                                           BlockScanStorage<Acc>& storage) {
   constexpr int kWarps = NT / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
@@ -108,6 +110,7 @@ __device__ __forceinline__ Acc scan_block(Acc warp_y, Acc warp_c, Acc carry, boo
         c = c * prev_c;
       }
     }
+    const Acc carry = state_before(__shfl_sync(kFullMask, y, kWarps - 1), __shfl_sync(kFullMask, c, kWarps - 1));
     // State before warp `lane` = (inclusive total of warps before it) applied to the carry.
     Acc ex_y = __shfl_up_sync(kFullMask, y, 1);
     Acc ex_c = __shfl_up_sync(kFullMask, c, 1);
@@ -122,12 +125,11 @@ __device__ __forceinline__ Acc scan_block(Acc warp_y, Acc warp_c, Acc carry, boo
   return storage.warp_prefix[warp];
 }
 
-// The whole tile scan at the level `Algo`. On return y[i] holds the recurrence's
-// outputs and `carry` the state after the tile (for kBlock; lower levels are
-// ablations and leave the carry unchanged).
-template <AlgoCode Algo, int E, int NT, typename Acc>
-__device__ __forceinline__ void scan_tile(Acc (&y)[E], Acc (&c)[E], bool rev, Acc& carry,
-                                          BlockScanStorage<Acc>& storage) {
+// scan_tile whose entering state comes from state_before(tile total) (see scan_block);
+// `carry` is used by the ablation levels only, and receives the state after the tile.
+template <AlgoCode Algo, int E, int NT, typename Acc, typename StateBefore>
+__device__ __forceinline__ void scan_tile_resolved(Acc (&y)[E], Acc (&c)[E], bool rev, Acc& carry,
+                                                   BlockScanStorage<Acc>& storage, StateBefore&& state_before) {
   if constexpr (Algo == AlgoCode::kLoadStore) return;
   Acc total_y, total_c;
   scan_thread(y, c, rev, total_y, total_c);
@@ -137,13 +139,23 @@ __device__ __forceinline__ void scan_tile(Acc (&y)[E], Acc (&c)[E], bool rev, Ac
     scan_warp(total_y, total_c, rev, ex_y, ex_c);
     Acc before_warp = carry;
     if constexpr (Algo == AlgoCode::kBlock) {
-      before_warp = scan_block<NT>(total_y, total_c, carry, rev, storage);
+      before_warp = scan_block<NT>(total_y, total_c, state_before, rev, storage);
       carry = storage.carry;
     }
     before_thread = ex_c * before_warp + ex_y;
   }
 #pragma unroll
   for (int i = 0; i < E; ++i) y[i] = c[i] * before_thread + y[i];
+}
+
+// The whole tile scan at the level `Algo`, entered with the state `carry`. On
+// return y[i] holds the recurrence's outputs and `carry` the state after the
+// tile (for kBlock; lower levels are ablations and leave the carry unchanged).
+template <AlgoCode Algo, int E, int NT, typename Acc>
+__device__ __forceinline__ void scan_tile(Acc (&y)[E], Acc (&c)[E], bool rev, Acc& carry,
+                                          BlockScanStorage<Acc>& storage) {
+  const Acc known = carry;
+  scan_tile_resolved<Algo, E, NT>(y, c, rev, carry, storage, [known](Acc, Acc) { return known; });
 }
 
 }  // namespace linrec

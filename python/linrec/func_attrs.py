@@ -13,7 +13,7 @@ import linrec
 from linrec import _C
 
 DTYPES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}
-KINDS = {"ref": 1, "tile": 2, "pipe": 3}
+KINDS = {"ref": 1, "tile": 2, "pipe": 3, "chained": 4}
 
 
 def collect():
@@ -22,7 +22,7 @@ def collect():
         for backward in (False, True):
             rows.append(dict(kernel="ref", dtype=dtype, backward=backward, config=None,
                              **_C.func_attrs(d, KINDS["ref"], backward, 0, 0, 0, 0)))
-            for kind in ("tile", "pipe"):
+            for kind in ("tile", "pipe", "chained"):
                 for config in linrec.compiled_configs():
                     rows.append(dict(kernel=kind, dtype=dtype, backward=backward, config=config,
                                      **_C.func_attrs(d, KINDS[kind], backward, *config)))

@@ -43,7 +43,7 @@ def tune(kernels, lengths, dtype, max_elems, reps):
                 kw = dict(elems_per_thread=e, threads_per_block=t, memcode=m, algocode=a)
                 y = fn(x, c, **kw)
                 err = rel_error(y[check], y_ref)
-                args = (dy, c, y, None, -1, False, 2 if kernel == "tile" else 3, e, t, m, a)
+                args = (dy, c, y, None, -1, False, {"tile": 2, "pipe": 3, "chained": 4}[kernel], e, t, m, a)
                 fwd_ms = median_ms(lambda: fn(x, c, **kw), reps=reps)
                 bwd_ms = median_ms(lambda: torch.ops.linrec.linrec_bwd(*args), reps=reps)
                 size = x.numel() * x.element_size()
@@ -65,7 +65,7 @@ def best_table(rows, kernel, key):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m linrec.tune", description=__doc__.splitlines()[0])
-    parser.add_argument("--kernels", nargs="+", default=["tile", "pipe"], choices=["tile", "pipe"])
+    parser.add_argument("--kernels", nargs="+", default=["tile", "pipe"], choices=["tile", "pipe", "chained"])
     parser.add_argument("--lengths", nargs="+", type=int, default=DEFAULT_LENGTHS)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"])
     parser.add_argument("--max-elems", type=int, default=2**27)

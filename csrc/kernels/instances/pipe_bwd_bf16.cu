@@ -5,5 +5,5 @@
 #include "../tiled.cuh"
 
 namespace linrec {
-LINREC_INSTANTIATE_TILED(__nv_bfloat16, true, true, BackwardParams)
+LINREC_INSTANTIATE_TILED(__nv_bfloat16, Schedule::kPipe, true, BackwardParams)
 }  // namespace linrec

@@ -5,5 +5,5 @@
 #include "../tiled.cuh"
 
 namespace linrec {
-LINREC_INSTANTIATE_TILED(__half, true, true, BackwardParams)
+LINREC_INSTANTIATE_TILED(__half, Schedule::kPipe, true, BackwardParams)
 }  // namespace linrec

@@ -5,5 +5,5 @@
 #include "../tiled.cuh"
 
 namespace linrec {
-LINREC_INSTANTIATE_TILED(float, true, true, BackwardParams)
+LINREC_INSTANTIATE_TILED(float, Schedule::kPipe, true, BackwardParams)
 }  // namespace linrec

@@ -5,5 +5,5 @@
 #include "../tiled.cuh"
 
 namespace linrec {
-LINREC_INSTANTIATE_TILED(double, true, true, BackwardParams)
+LINREC_INSTANTIATE_TILED(double, Schedule::kPipe, true, BackwardParams)
 }  // namespace linrec

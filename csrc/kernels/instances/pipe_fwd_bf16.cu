@@ -5,5 +5,5 @@
 #include "../tiled.cuh"
 
 namespace linrec {
-LINREC_INSTANTIATE_TILED(__nv_bfloat16, true, false, ForwardParams)
+LINREC_INSTANTIATE_TILED(__nv_bfloat16, Schedule::kPipe, false, ForwardParams)
 }  // namespace linrec

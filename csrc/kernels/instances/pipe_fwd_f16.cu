@@ -5,5 +5,5 @@
 #include "../tiled.cuh"
 
 namespace linrec {
-LINREC_INSTANTIATE_TILED(__half, true, false, ForwardParams)
+LINREC_INSTANTIATE_TILED(__half, Schedule::kPipe, false, ForwardParams)
 }  // namespace linrec

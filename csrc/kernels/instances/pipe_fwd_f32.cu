@@ -5,5 +5,5 @@
 #include "../tiled.cuh"
 
 namespace linrec {
-LINREC_INSTANTIATE_TILED(float, true, false, ForwardParams)
+LINREC_INSTANTIATE_TILED(float, Schedule::kPipe, false, ForwardParams)
 }  // namespace linrec

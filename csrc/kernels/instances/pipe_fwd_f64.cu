@@ -5,5 +5,5 @@
 #include "../tiled.cuh"
 
 namespace linrec {
-LINREC_INSTANTIATE_TILED(double, true, false, ForwardParams)
+LINREC_INSTANTIATE_TILED(double, Schedule::kPipe, false, ForwardParams)
 }  // namespace linrec

@@ -5,5 +5,5 @@
 #include "../tiled.cuh"
 
 namespace linrec {
-LINREC_INSTANTIATE_TILED(__nv_bfloat16, false, true, BackwardParams)
+LINREC_INSTANTIATE_TILED(__nv_bfloat16, Schedule::kOneTile, true, BackwardParams)
 }  // namespace linrec

@@ -5,5 +5,5 @@
 #include "../tiled.cuh"
 
 namespace linrec {
-LINREC_INSTANTIATE_TILED(__half, false, true, BackwardParams)
+LINREC_INSTANTIATE_TILED(__half, Schedule::kOneTile, true, BackwardParams)
 }  // namespace linrec

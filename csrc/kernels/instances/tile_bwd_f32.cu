@@ -5,5 +5,5 @@
 #include "../tiled.cuh"
 
 namespace linrec {
-LINREC_INSTANTIATE_TILED(float, false, true, BackwardParams)
+LINREC_INSTANTIATE_TILED(float, Schedule::kOneTile, true, BackwardParams)
 }  // namespace linrec

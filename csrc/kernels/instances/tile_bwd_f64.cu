@@ -5,5 +5,5 @@
 #include "../tiled.cuh"
 
 namespace linrec {
-LINREC_INSTANTIATE_TILED(double, false, true, BackwardParams)
+LINREC_INSTANTIATE_TILED(double, Schedule::kOneTile, true, BackwardParams)
 }  // namespace linrec

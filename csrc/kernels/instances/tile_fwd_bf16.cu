@@ -5,5 +5,5 @@
 #include "../tiled.cuh"
 
 namespace linrec {
-LINREC_INSTANTIATE_TILED(__nv_bfloat16, false, false, ForwardParams)
+LINREC_INSTANTIATE_TILED(__nv_bfloat16, Schedule::kOneTile, false, ForwardParams)
 }  // namespace linrec

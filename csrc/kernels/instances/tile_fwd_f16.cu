@@ -5,5 +5,5 @@
 #include "../tiled.cuh"
 
 namespace linrec {
-LINREC_INSTANTIATE_TILED(__half, false, false, ForwardParams)
+LINREC_INSTANTIATE_TILED(__half, Schedule::kOneTile, false, ForwardParams)
 }  // namespace linrec

@@ -5,5 +5,5 @@
 #include "../tiled.cuh"
 
 namespace linrec {
-LINREC_INSTANTIATE_TILED(float, false, false, ForwardParams)
+LINREC_INSTANTIATE_TILED(float, Schedule::kOneTile, false, ForwardParams)
 }  // namespace linrec

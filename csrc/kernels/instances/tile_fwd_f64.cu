@@ -5,5 +5,5 @@
 #include "../tiled.cuh"
 
 namespace linrec {
-LINREC_INSTANTIATE_TILED(double, false, false, ForwardParams)
+LINREC_INSTANTIATE_TILED(double, Schedule::kOneTile, false, ForwardParams)
 }  // namespace linrec

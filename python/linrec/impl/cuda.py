@@ -8,6 +8,8 @@ op as plain ints, so torch.compile traces these calls like any other.
 - linrec_tile: one thread block scans a whole sequence held in registers
   (at most elems_per_thread * threads_per_block elements).
 - linrec_pipe: the tile scan over consecutive tiles with a carry: any length.
+- linrec_chained: one block per tile, each finding its entering state by
+  decoupled look-back: any length, for few long sequences.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import functools
 
 from .. import compiled_configs
 from .._args import normalize
-from .._ops import KERNEL_PIPE, KERNEL_REF, KERNEL_TILE, call_compiled
+from .._ops import KERNEL_CHAINED, KERNEL_PIPE, KERNEL_REF, KERNEL_TILE, call_compiled
 
 
 def _check_cuda(inputs):
@@ -65,4 +67,14 @@ def linrec_pipe(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems_pe
     _check_cuda(inputs)
     _check_config("pipe", inputs, dim, elems_per_thread, threads_per_block, memcode, algocode)
     return call_compiled(inputs, coeffs, initial, dim, reverse, KERNEL_PIPE, elems_per_thread,
+                         threads_per_block, memcode, algocode)
+
+
+def linrec_chained(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems_per_thread=8,
+                   threads_per_block=64, memcode=1, algocode=3):
+    """One block per tile; the scan always runs in full (algocode is ignored beyond the config lookup)."""
+    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim)
+    _check_cuda(inputs)
+    _check_config("chained", inputs, dim, elems_per_thread, threads_per_block, memcode, algocode)
+    return call_compiled(inputs, coeffs, initial, dim, reverse, KERNEL_CHAINED, elems_per_thread,
                          threads_per_block, memcode, algocode)

@@ -1,0 +1,9 @@
+// Explicit instantiation: chained bwd, __nv_bfloat16.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "../tiled.cuh"
+
+namespace linrec {
+LINREC_INSTANTIATE_TILED(__nv_bfloat16, Schedule::kChained, true, BackwardParams)
+}  // namespace linrec

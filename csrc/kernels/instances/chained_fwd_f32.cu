@@ -1,0 +1,9 @@
+// Explicit instantiation: chained fwd, float.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "../tiled.cuh"
+
+namespace linrec {
+LINREC_INSTANTIATE_TILED(float, Schedule::kChained, false, ForwardParams)
+}  // namespace linrec
