@@ -117,6 +117,9 @@ def plot(rows, copy, path):
         return
     grid = [r for r in rows if r["case"].startswith("grid")]
     panels = sorted({(r["dtype"], r["backward"]) for r in grid})
+    if not panels:
+        print("no grid cases ran: no plot")
+        return
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
     for ax, (dtype, backward) in zip(axes[0], panels):
         for impl in sorted({r["impl"] for r in grid}):
