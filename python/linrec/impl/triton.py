@@ -133,7 +133,7 @@ def _seq_view(t: torch.Tensor, dim: int, state: bool = False):
     """t as (outer, inner, L), or (outer, inner) for a state tensor, and whether that is a view.
 
     Moving the scan dim last and merging the batch dims is a view for every layout whose
-    batch dims merge into two; other layouts get a copy (see _run for outputs)."""
+    batch dims merge into two; other layouts get a copy (see _write_back for outputs)."""
     if not state:
         t = t.movedim(dim, -1)
     batch = t.shape if state else t.shape[:-1]
@@ -164,8 +164,8 @@ def _write_back(outs):
             real.copy_(view.view(real.shape))
 
 
-def _check_tile(L, pipe):
-    if not pipe and L > MAX_TILE:
+def _check_tile_length(L):
+    if L > MAX_TILE:
         raise ValueError(f"linrec_tile (triton): the tile kernel scans at most {MAX_TILE} elements, but the "
                          f"sequence has {L}; use linrec_pipe")
 
@@ -232,7 +232,7 @@ triton_fwd.register_autograd(_backward, setup_context=_setup_context)
 def linrec_tile(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
     """linrec with one Triton program per sequence, the whole sequence in one block (<= MAX_TILE)."""
     inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim)
-    _check_tile(inputs.shape[dim], pipe=False)
+    _check_tile_length(inputs.shape[dim])
     return triton_fwd(inputs, coeffs, initial, dim, bool(reverse), False)
 
 
