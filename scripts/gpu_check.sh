@@ -10,7 +10,7 @@
 #     tune       python -m linrec.tune
 #     bench      python -m linrec.bench (table, JSON, PNG)
 # Env: LINREC_WHEEL (install this wheel with --no-deps instead of building),
-#      TORCH_CUDA_ARCH_LIST (default 9.0 when building), TESTS, BENCH_ARGS.
+#      TORCH_CUDA_ARCH_LIST (default 9.0 when building), TESTS, BENCH_ARGS, TUNE_ARGS.
 set -uo pipefail
 out=${1:-${OUT:-results}}
 shift || true
@@ -46,7 +46,7 @@ for step in $steps; do
           > "$out/sanitizer_$tool.txt" 2>&1
         echo "compute-sanitizer $tool: exit $?"; tail -1 "$out/sanitizer_$tool.txt"
       done ;;
-    tune) python3 -m linrec.tune --json "$out/tune.json" --reps 10 2>&1 | tail -40 ;;
+    tune) python3 -m linrec.tune --json "$out/tune.json" --reps 10 ${TUNE_ARGS:-} 2>&1 | tail -40 ;;
     bench) python3 -m linrec.bench --json "$out/bench.json" --png "$out/bench.png" ${BENCH_ARGS:-} 2>&1 | tee "$out/bench.txt" | tail -150 ;;
     *) echo "unknown step $step" ;;
   esac

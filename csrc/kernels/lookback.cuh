@@ -67,7 +67,7 @@ __device__ __forceinline__ void publish(TileStatus<Acc>* status, TileFlag flag, 
 // given this tile's total transform (total_y, total_c) and the state before the
 // sequence. Called by all 32 lanes of one warp; publishes this tile's statuses.
 template <typename Acc>
-__device__ Acc look_back(TileStatus<Acc>* statuses, int64_t k, Acc total_y, Acc total_c, Acc initial) {
+__device__ __forceinline__ Acc look_back(TileStatus<Acc>* statuses, int64_t k, Acc total_y, Acc total_c, Acc initial) {
   const int lane = threadIdx.x % kWarpSize;
   if (k == 0) {
     if (lane == 0) publish(&statuses[0], kInclusive, total_c * initial + total_y, Acc(0));

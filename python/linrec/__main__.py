@@ -13,7 +13,7 @@ import json
 import torch
 
 import linrec
-from linrec._timing import copy_bandwidth_gbs, median_ms
+from linrec._timing import copy_bandwidth_gbs, device_ms
 from linrec.impl.python import linrec_hop
 
 
@@ -65,7 +65,7 @@ def main(argv=None):
     if not gpu:
         cases.append(("linrec_hop forward", lambda: linrec_hop(x, c, initial=h0)))
     for label, fn in progress(cases, "timing"):
-        ms = median_ms(fn)
+        ms = device_ms(fn)
         rows.append((label, ms, nbytes_fwd / ms / 1e6))
     copy = copy_bandwidth_gbs() if gpu else None
     print(f"{'implementation':<24}{'ms':>10}{'GB/s':>10}" + (f"{'/copy':>8}" if copy else ""))

@@ -56,6 +56,10 @@ def normalize(inputs, coeffs, initial, dim: int):
         raise ValueError(f"linrec: dim={dim} is out of range for inputs with {inputs.dim()} dimensions")
     dim = dim % inputs.dim()
 
+    if (initial is None and isinstance(coeffs, torch.Tensor) and coeffs.shape == inputs.shape
+            and coeffs.dtype == inputs.dtype and coeffs.device == inputs.device):
+        return inputs, coeffs, None, dim  # the common case, checked in a few microseconds
+
     coeffs = _as_tensor("coeffs", coeffs, inputs)
     try:
         shape = torch.broadcast_shapes(coeffs.shape, inputs.shape)

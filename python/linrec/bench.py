@@ -6,8 +6,10 @@ float32 and bfloat16. Forward counts 3 tensors of traffic (read x, c; write y),
 forward+backward 8 (the fused backward reads dy, c, y and writes dx, dc).
 Baselines measured in the same run: torch.add on the same shape (forward) and an
 elementwise product with autograd (forward+backward, the same 8-tensor class),
-and the device's copy bandwidth. Every time is the median of CUDA-event timings
-after warm-up. Writes JSON and a PNG plot (when matplotlib is importable).
+and the device's copy bandwidth. Every figure is a median of device time (the
+calls replayed from a CUDA graph: no Python or launch overhead); the eager time
+per call, with the host running ahead, is reported beside it (column `eager`).
+Writes JSON and a PNG plot (when matplotlib is importable).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import json
 import torch
 
 import linrec
-from linrec._timing import copy_bandwidth_gbs, median_ms
+from linrec._timing import copy_bandwidth_gbs, device_ms, eager_ms
 
 GRID_LENGTHS = [2**k for k in range(4, 17)]
 
@@ -52,15 +54,18 @@ def cases(sms):
 
 
 def time_case(fn, x, c, dim, backward, reps):
+    """(device ms, eager ms) of fn forward, or forward+backward through autograd."""
     if not backward:
-        return median_ms(lambda: fn(x, c, dim=dim), reps=reps)
-    xg, cg = x.detach().requires_grad_(), c.detach().requires_grad_()
-    dy = torch.randn_like(x)
+        def step():
+            fn(x, c, dim=dim)
+    else:
+        xg, cg = x.detach().requires_grad_(), c.detach().requires_grad_()
+        dy = torch.randn_like(x)
 
-    def step():  # autograd.grad, not .backward(): accumulating into .grad would add traffic
-        torch.autograd.grad(fn(xg, cg, dim=dim), (xg, cg), dy)
+        def step():  # autograd.grad, not .backward(): accumulating into .grad would add traffic
+            torch.autograd.grad(fn(xg, cg, dim=dim), (xg, cg), dy)
 
-    return median_ms(step, reps=reps)
+    return device_ms(step, reps=reps), eager_ms(step, reps=reps)
 
 
 def run(dtypes, reps, max_hop_elems, only):
@@ -76,7 +81,7 @@ def run(dtypes, reps, max_hop_elems, only):
             c = (torch.rand(case["shape"], device="cuda") * 0.5 + 0.5).to(dtype)
             size = x.numel() * x.element_size()
             baselines = {
-                False: median_ms(lambda: torch.add(x, c), reps=reps),
+                False: time_case(lambda a, b, dim: torch.add(a, b), x, c, case["dim"], False, reps),
                 True: time_case(lambda a, b, dim: a * b, x, c, case["dim"], True, reps),
             }
             for backward in (False, True):
@@ -84,26 +89,28 @@ def run(dtypes, reps, max_hop_elems, only):
                 base = dict(case=case["name"], dtype=str(dtype).removeprefix("torch."), backward=backward,
                             length=case["length"], copy_gbs=copy)
                 label = "torch.mul fwd+bwd" if backward else "torch.add"
-                ms = baselines[backward]
-                rows.append(dict(base, impl=label, ms=ms, gbs=nbytes / ms / 1e6, frac=nbytes / ms / 1e6 / copy))
+                ms, eager = baselines[backward]
+                rows.append(dict(base, impl=label, ms=ms, eager_ms=eager, gbs=nbytes / ms / 1e6,
+                                 frac=nbytes / ms / 1e6 / copy))
                 for name, fn in impls.items():
                     if name == "linrec_hop" and x.numel() > max_hop_elems:
                         continue
-                    ms = time_case(fn, x, c, case["dim"], backward, reps)
+                    ms, eager = time_case(fn, x, c, case["dim"], backward, reps)
                     gbs = nbytes / ms / 1e6
-                    rows.append(dict(base, impl=name, ms=ms, gbs=gbs, frac=gbs / copy,
-                                     vs_baseline=baselines[backward] / ms))
+                    rows.append(dict(base, impl=name, ms=ms, eager_ms=eager, gbs=gbs, frac=gbs / copy,
+                                     vs_baseline=baselines[backward][0] / ms))
             del x, c
             torch.cuda.empty_cache()
     return copy, rows
 
 
 def print_table(rows):
-    print(f"{'case':<22}{'dtype':<9}{'pass':<8}{'impl':<20}{'ms':>9}{'GB/s':>8}{'/copy':>7}{'/base':>7}")
+    print(f"{'case':<22}{'dtype':<9}{'pass':<8}{'impl':<20}{'ms':>9}{'GB/s':>8}{'/copy':>7}{'/base':>7}"
+          f"{'eager ms':>10}")
     for r in rows:
         vs = f"{r['vs_baseline']:>7.2f}" if "vs_baseline" in r else f"{'':>7}"
         print(f"{r['case']:<22}{r['dtype']:<9}{'fwd+bwd' if r['backward'] else 'fwd':<8}{r['impl']:<20}"
-              f"{r['ms']:>9.3f}{r['gbs']:>8.0f}{r['frac']:>7.2f}{vs}")
+              f"{r['ms']:>9.3f}{r['gbs']:>8.0f}{r['frac']:>7.2f}{vs}{r['eager_ms']:>10.3f}")
 
 
 def plot(rows, copy, path):

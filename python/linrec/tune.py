@@ -14,7 +14,7 @@ import json
 import torch
 
 import linrec
-from linrec._timing import median_ms
+from linrec._timing import device_ms
 from linrec.impl import cuda
 
 DEFAULT_LENGTHS = [16, 64, 256, 1024, 4096, 16384, 65536]
@@ -24,13 +24,13 @@ def rel_error(out, ref):
     return ((out.double().cpu() - ref).norm() / ref.norm()).item()
 
 
-def tune(kernels, lengths, dtype, max_elems, reps):
+def tune(kernels, lengths, dtype, max_elems, reps, seqs=None):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows = []
     for length in lengths:
-        seqs = max(1, min(sms * 100, max_elems // length))
-        x = torch.randn(seqs, length, device="cuda").to(dtype)
-        c = (torch.rand(seqs, length, device="cuda") * 0.5 + 0.5).to(dtype)
+        num_seqs = seqs or max(1, min(sms * 100, max_elems // length))
+        x = torch.randn(num_seqs, length, device="cuda").to(dtype)
+        c = (torch.rand(num_seqs, length, device="cuda") * 0.5 + 0.5).to(dtype)
         dy = torch.randn_like(x)
         check = slice(0, 4)
         y_ref = linrec.linrec(x[check].double().cpu(), c[check].double().cpu())
@@ -44,10 +44,10 @@ def tune(kernels, lengths, dtype, max_elems, reps):
                 y = fn(x, c, **kw)
                 err = rel_error(y[check], y_ref)
                 args = (dy, c, y, None, -1, False, {"tile": 2, "pipe": 3, "chained": 4}[kernel], e, t, m, a)
-                fwd_ms = median_ms(lambda: fn(x, c, **kw), reps=reps)
-                bwd_ms = median_ms(lambda: torch.ops.linrec.linrec_bwd(*args), reps=reps)
+                fwd_ms = device_ms(lambda: fn(x, c, **kw), reps=reps)
+                bwd_ms = device_ms(lambda: torch.ops.linrec.linrec_bwd(*args), reps=reps)
                 size = x.numel() * x.element_size()
-                rows.append(dict(kernel=kernel, length=length, seqs=seqs, config=config, error=err,
+                rows.append(dict(kernel=kernel, length=length, seqs=num_seqs, config=config, error=err,
                                  fwd_ms=fwd_ms, bwd_ms=bwd_ms, fwd_gbs=3 * size / fwd_ms / 1e6,
                                  bwd_gbs=5 * size / bwd_ms / 1e6))
     return rows
@@ -69,10 +69,11 @@ def main(argv=None):
     parser.add_argument("--lengths", nargs="+", type=int, default=DEFAULT_LENGTHS)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"])
     parser.add_argument("--max-elems", type=int, default=2**27)
+    parser.add_argument("--seqs", type=int, default=None, help="sequences per length (default: fill --max-elems)")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--json", default="tune.json")
     args = parser.parse_args(argv)
-    rows = tune(args.kernels, args.lengths, getattr(torch, args.dtype), args.max_elems, args.reps)
+    rows = tune(args.kernels, args.lengths, getattr(torch, args.dtype), args.max_elems, args.reps, args.seqs)
     print(f"device: {torch.cuda.get_device_name()}, dtype {args.dtype}")
     for kernel in args.kernels:
         for key in ("fwd", "bwd"):
