@@ -54,6 +54,12 @@ constexpr auto CONFIG_LIST = concat(
     product(std::array{4, 8}, std::array{64, 256}, std::array{MemCode::kCoalesced}, std::array{AlgoCode::kBlock}));
 #endif
 
+// The strided kernels (strided.cuh) as TileConfigs: elems_per_thread time steps
+// per thread, threads_per_block / 32 warps splitting a chunk of time; the
+// memory strategy is fixed (each thread loads its own channel's steps).
+constexpr auto STRIDED_CONFIG_LIST = product(std::array{8, 16}, std::array{128, 256, 512},
+                                             std::array{MemCode::kDirect}, std::array{AlgoCode::kBlock});
+
 // Calls fn.template operator()<C>() for the compiled config C equal to `config`.
 // A fold over the list's indices, not recursion: the full product has 288 entries.
 template <auto kList = CONFIG_LIST, typename Fn>
@@ -76,23 +82,31 @@ struct KernelChoice {
 
 inline KernelChoice select_config(int64_t seq_len, int64_t num_seqs, bool unit_elem_stride, bool backward,
                                   int sm_count) {
-  // Sequences strided along their length (channel-last data scanned over T):
-  // one thread per sequence, neighbouring threads on neighbouring channels, so
-  // every load of a warp is coalesced.
-  if (!unit_elem_stride) return {KernelKind::kRef, {}};
   constexpr AlgoCode kFull = AlgoCode::kBlock;
-  // H100, fp32, 13200 sequences: pipe 8x64 leads the forward from 1024 to 16384;
-  // the backward holds three tensors per element, so wider tiles pay off sooner.
-  const TileConfig pipe = backward ? TileConfig{16, 256, MemCode::kVector, kFull}
-                                   : TileConfig{8, 64, MemCode::kVector, kFull};
+  // Sequences strided along their length (channel-last data scanned over T):
+  // lanes on neighbouring channels, time cut into chunks chained by look-back.
+  if (!unit_elem_stride)
+    return {KernelKind::kStrided, seq_len < 256 ? TileConfig{8, 128, MemCode::kDirect, kFull}
+                                                : TileConfig{16, 256, MemCode::kDirect, kFull}};
   // Fewer sequences than the GPU has room for blocks (one block per sequence
-  // would leave SMs idle), each several tiles long: a block per tile.
-  if (num_seqs < 2 * static_cast<int64_t>(sm_count) && seq_len >= 4 * pipe.tile_len())
-    return {KernelKind::kChained, pipe};
+  // would leave SMs idle), each several tiles long: a block per tile. The
+  // largest tile wins on the H100 (1 x 2^24 and 4 x 2^22, fp32): the look-back
+  // costs a few round trips to L2 per tile, whatever the tile's size.
+  const TileConfig widest{16, 256, MemCode::kVector, kFull};
+  if (num_seqs < 2 * static_cast<int64_t>(sm_count) && seq_len >= 4 * widest.tile_len())
+    return {KernelKind::kChained, widest};
+  // H100, fp32, 13200 sequences: one tile per sequence while it fits, with as
+  // few idle threads as the compiled configs allow; past that, pipe 8x64 leads
+  // the forward. The backward holds three tensors per element: wider tiles.
   if (seq_len <= 4 * 64) return {KernelKind::kTile, {4, 64, MemCode::kVector, kFull}};
-  if (!backward && seq_len <= 8 * 64) return {KernelKind::kTile, {8, 64, MemCode::kVector, kFull}};
-  if (backward && seq_len <= 16 * 64) return {KernelKind::kTile, {16, 64, MemCode::kVector, kFull}};
-  return {KernelKind::kPipe, pipe};
+  if (!backward) {
+    if (seq_len <= 8 * 64) return {KernelKind::kTile, {8, 64, MemCode::kVector, kFull}};
+    return {KernelKind::kPipe, {8, 64, MemCode::kVector, kFull}};
+  }
+  if (seq_len <= 16 * 64) return {KernelKind::kTile, {16, 64, MemCode::kVector, kFull}};
+  if (seq_len <= 8 * 256) return {KernelKind::kTile, {8, 256, MemCode::kVector, kFull}};
+  if (seq_len <= 16 * 256) return {KernelKind::kTile, widest};
+  return {KernelKind::kPipe, widest};
 }
 
 }  // namespace linrec

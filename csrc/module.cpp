@@ -15,11 +15,11 @@
 
 namespace {
 
-PyObject* compiled_configs(PyObject*, PyObject*) {
+template <typename List>
+PyObject* config_list(const List& configs) {
   PyObject* list = PyList_New(0);
   if (!list) return nullptr;
-#if defined(LINREC_WITH_CUDA)  // the configs are those of the CUDA tile and pipe kernels
-  for (const linrec::TileConfig& c : linrec::CONFIG_LIST) {
+  for (const linrec::TileConfig& c : configs) {
     PyObject* item = Py_BuildValue("(iiii)", c.elems_per_thread, c.threads_per_block,
                                    static_cast<int>(c.memcode), static_cast<int>(c.algocode));
     if (!item || PyList_Append(list, item) < 0) {
@@ -29,8 +29,24 @@ PyObject* compiled_configs(PyObject*, PyObject*) {
     }
     Py_DECREF(item);
   }
-#endif
   return list;
+}
+
+// The configs of the CUDA tile, pipe and chained kernels (none in a CPU-only build).
+PyObject* compiled_configs(PyObject*, PyObject*) {
+#if defined(LINREC_WITH_CUDA)
+  return config_list(linrec::CONFIG_LIST);
+#else
+  return PyList_New(0);
+#endif
+}
+
+PyObject* compiled_strided_configs(PyObject*, PyObject*) {
+#if defined(LINREC_WITH_CUDA)
+  return config_list(linrec::STRIDED_CONFIG_LIST);
+#else
+  return PyList_New(0);
+#endif
 }
 
 PyObject* build_info(PyObject*, PyObject*) {
@@ -64,6 +80,8 @@ PyObject* func_attrs(PyObject*, PyObject* args) {
 PyMethodDef methods[] = {
     {"compiled_configs", compiled_configs, METH_NOARGS,
      "The compiled TileConfigs as (elems_per_thread, threads_per_block, memcode, algocode)."},
+    {"compiled_strided_configs", compiled_strided_configs, METH_NOARGS,
+     "The compiled configs of the strided kernels, in the same form."},
     {"build_info", build_info, METH_NOARGS, "What this build contains: CUDA or not, its version and archs."},
 #if defined(LINREC_WITH_CUDA)
     {"func_attrs", func_attrs, METH_VARARGS, "cudaFuncGetAttributes of one compiled kernel."},

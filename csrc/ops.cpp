@@ -131,8 +131,9 @@ struct LaunchChoice {
 LaunchChoice choose(int64_t kernel, int64_t elems_per_thread, int64_t threads_per_block, int64_t memcode,
                     int64_t algocode, int64_t seq_len, int64_t num_seqs, bool unit_elem_stride, bool backward,
                     int device) {
-  STD_TORCH_CHECK(kernel >= 0 && kernel <= 4,
-                  "linrec: kernel must be 0 (auto), 1 (ref), 2 (tile), 3 (pipe) or 4 (chained), got ", kernel);
+  STD_TORCH_CHECK(kernel >= 0 && kernel <= 5,
+                  "linrec: kernel must be 0 (auto), 1 (ref), 2 (tile), 3 (pipe), 4 (chained) or 5 (strided), got ",
+                  kernel);
   const auto kind = static_cast<KernelKind>(kernel);
   if (kind == KernelKind::kAuto) {
     const KernelChoice c = select_config(seq_len, num_seqs, unit_elem_stride, backward, cuda_sm_count(device));
@@ -149,11 +150,11 @@ LaunchChoice choose(int64_t kernel, int64_t elems_per_thread, int64_t threads_pe
   return {kind, config};
 }
 
-// The zeroed workspace of the chained kernels, if `c` is one; kept alive by the caller.
+// The zeroed workspace of the chained and strided kernels, if `c` needs one; kept alive by the caller.
 std::optional<Tensor> chain_workspace(const Tensor& like, DType dtype, const LaunchChoice& c, int64_t num_seqs,
                                       int64_t seq_len) {
-  if (c.kind != KernelKind::kChained) return std::nullopt;
-  const int64_t bytes = cuda_chained_workspace_bytes(dtype, num_seqs, seq_len, c.config);
+  const int64_t bytes = cuda_workspace_bytes(dtype, c.kind, num_seqs, seq_len, c.config);
+  if (bytes == 0) return std::nullopt;
   return torch::stable::new_zeros(like, std::vector<int64_t>{bytes}, ScalarType::Byte);
 }
 
@@ -272,8 +273,8 @@ std::tuple<Tensor, Tensor, Tensor> linrec_bwd(Tensor d_outputs, Tensor coeffs, T
 }  // namespace linrec
 
 STABLE_TORCH_LIBRARY(linrec, m) {
-  // kernel: 0 auto (dispatch.h chooses), 1 ref, 2 tile, 3 pipe, 4 chained. The last four
-  // ints select a compiled TileConfig for tile and pipe; auto and ref ignore them.
+  // kernel: 0 auto (dispatch.h chooses), 1 ref, 2 tile, 3 pipe, 4 chained, 5 strided. The last four
+  // ints select a compiled TileConfig for the other kernels; auto and ref ignore them.
   m.def(
       "linrec_fwd(Tensor inputs, Tensor coeffs, Tensor? initial, int dim, bool reverse, int kernel, "
       "int elems_per_thread, int threads_per_block, int memcode, int algocode) -> Tensor");

@@ -34,6 +34,7 @@ def gpu_impls():
         "cuda.linrec_tile": cuda.linrec_tile,
         "cuda.linrec_pipe": cuda.linrec_pipe,
         "cuda.linrec_chained": cuda.linrec_chained,
+        "cuda.linrec_strided": cuda.linrec_strided,
         "triton.linrec_tile": triton.linrec_tile,
         "triton.linrec_pipe": triton.linrec_pipe,
     }

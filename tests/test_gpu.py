@@ -18,6 +18,7 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 TOL = {torch.float32: 1e-5, torch.float64: 1e-12, torch.float16: 1e-2, torch.bfloat16: 1e-2}
 IMPLS = list(gpu_impls()) if HAS_CUDA_KERNELS else ["linrec"]
 CONFIGS = linrec.compiled_configs()
+STRIDED_CONFIGS = linrec.compiled_strided_configs()
 
 
 def poison(nbytes: int) -> None:
@@ -87,6 +88,29 @@ def test_every_config(kernel, config, dtype, reverse):
     x, c = inputs((7, length), dtype)
     h0 = torch.randn(7, device="cuda").to(dtype)
     check_fwd_bwd(lambda *a, **k: fn(*a, **k, **config_kwargs(config)), x, c, h0, reverse)
+
+
+@pytest.mark.parametrize("config", STRIDED_CONFIGS, ids=[str(c) for c in STRIDED_CONFIGS])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_every_strided_config(config, dtype, reverse):
+    """Channel-last (B, T, D) over T: a partial last chunk and a partial group of 32 channels."""
+    from linrec.impl import cuda
+
+    chunk = config[0] * config[1] // 32
+    x, c = inputs((3, 3 * chunk + 5, 45), dtype)
+    h0 = torch.randn(3, 45, device="cuda").to(dtype)
+    fn = cuda.linrec_strided
+    check_fwd_bwd(lambda *a, **k: fn(*a, **k, **config_kwargs(config)), x, c, h0, reverse, dim=1)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_channel_last_auto(dtype, reverse):
+    """linrec.linrec on contiguous (B, T, D) over dim=1 (the strided kernel), many chunks."""
+    x, c = inputs((2, 5003, 300), dtype)
+    h0 = torch.randn(2, 300, device="cuda").to(dtype)
+    check_fwd_bwd(linrec.linrec, x, c, h0, reverse, dim=1)
 
 
 @pytest.mark.parametrize("impl", IMPLS)

@@ -8,6 +8,7 @@
 
 #include "launch.h"
 #include "ref.cuh"
+#include "strided.cuh"
 #include "tiled.cuh"
 
 namespace linrec {
@@ -24,10 +25,18 @@ namespace linrec {
   LINREC_DECLARE_SCHEDULE(T, Schedule::kOneTile)  \
   LINREC_DECLARE_SCHEDULE(T, Schedule::kPipe)     \
   LINREC_DECLARE_SCHEDULE(T, Schedule::kChained)
-LINREC_DECLARE_TILED(float)
-LINREC_DECLARE_TILED(double)
-LINREC_DECLARE_TILED(__half)
-LINREC_DECLARE_TILED(__nv_bfloat16)
+#define LINREC_DECLARE_STRIDED(T)                                                                             \
+  extern template void launch_strided<T, false, ForwardParams>(const ForwardParams&, const TileConfig&,        \
+                                                               cudaStream_t);                                  \
+  extern template void launch_strided<T, true, BackwardParams>(const BackwardParams&, const TileConfig&,       \
+                                                              cudaStream_t);                                   \
+  extern template cudaFuncAttributes strided_func_attrs<T, false>(const TileConfig&);                          \
+  extern template cudaFuncAttributes strided_func_attrs<T, true>(const TileConfig&);
+#define LINREC_DECLARE_ALL(T) LINREC_DECLARE_TILED(T) LINREC_DECLARE_STRIDED(T)
+LINREC_DECLARE_ALL(float)
+LINREC_DECLARE_ALL(double)
+LINREC_DECLARE_ALL(__half)
+LINREC_DECLARE_ALL(__nv_bfloat16)
 
 namespace {
 
@@ -54,6 +63,7 @@ void launch(const Params& p, DType dtype, KernelKind kind, const TileConfig& con
       case KernelKind::kTile: return launch_tiled<T, Schedule::kOneTile, kBackward>(p, config, stream);
       case KernelKind::kPipe: return launch_tiled<T, Schedule::kPipe, kBackward>(p, config, stream);
       case KernelKind::kChained: return launch_tiled<T, Schedule::kChained, kBackward>(p, config, stream);
+      case KernelKind::kStrided: return launch_strided<T, kBackward>(p, config, stream);
       case KernelKind::kAuto: break;
     }
     throw std::invalid_argument("linrec: no kernel chosen");
@@ -67,9 +77,13 @@ cudaFuncAttributes attrs_of(bool backward, const TileConfig& config) {
 
 }  // namespace
 
-int64_t cuda_chained_workspace_bytes(DType dtype, int64_t num_seqs, int64_t seq_len, const TileConfig& config) {
+int64_t cuda_workspace_bytes(DType dtype, KernelKind kind, int64_t num_seqs, int64_t seq_len,
+                             const TileConfig& config) {
   int64_t bytes = 0;
-  by_dtype(dtype, [&]<typename T>() { bytes = chained_workspace_bytes<T>(num_seqs, seq_len, config); });
+  by_dtype(dtype, [&]<typename T>() {
+    if (kind == KernelKind::kChained) bytes = chained_workspace_bytes<T>(num_seqs, seq_len, config);
+    if (kind == KernelKind::kStrided) bytes = strided_workspace_bytes<T>(num_seqs, seq_len, config);
+  });
   return bytes;
 }
 
@@ -98,6 +112,9 @@ FuncAttrs cuda_func_attrs(DType dtype, KernelKind kind, bool backward, const Til
       case KernelKind::kTile: a = attrs_of<T, Schedule::kOneTile>(backward, config); break;
       case KernelKind::kPipe: a = attrs_of<T, Schedule::kPipe>(backward, config); break;
       case KernelKind::kChained: a = attrs_of<T, Schedule::kChained>(backward, config); break;
+      case KernelKind::kStrided:
+        a = backward ? strided_func_attrs<T, true>(config) : strided_func_attrs<T, false>(config);
+        break;
       case KernelKind::kAuto: throw std::invalid_argument("linrec: func_attrs needs a kernel kind");
     }
     if (err != cudaSuccess) throw std::runtime_error(cudaGetErrorString(err));

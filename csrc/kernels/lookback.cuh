@@ -5,9 +5,9 @@
 // Each block scans one tile of a sequence. As soon as it knows its tile's total
 // transform it publishes it (kAggregate); once it knows the state before the
 // tile it publishes the state after it (kInclusive). To find its entering state,
-// warp 0 reads the statuses of the 32 nearest predecessors at once, composes the
-// transforms up to the nearest inclusive one, and moves on by 32 if none is
-// inclusive yet. Tile numbers come from an atomic counter in launch order, so a
+// warp 0 reads the statuses of the 32 * kLookBackPerLane nearest predecessors at
+// once, composes the transforms up to the nearest inclusive one, and moves on by
+// that window if none is inclusive yet. Tile numbers come from an atomic counter in launch order, so a
 // block waits only on blocks that already started: no deadlock.
 #pragma once
 #include <cstdint>
@@ -63,11 +63,23 @@ __device__ __forceinline__ void publish(TileStatus<Acc>* status, TileFlag flag, 
   atomicExch(&status->flag, static_cast<int>(flag));
 }
 
+// Predecessors each lane reads per look-back step: the warp covers a window of
+// 32 * kLookBackPerLane tiles per round trip to L2. Blocks that start together
+// find no inclusive status among their nearest predecessors, which started with
+// them; a wide window reaches the last finished tile in fewer round trips.
+constexpr int kLookBackPerLane = 8;
+
+__device__ __forceinline__ int load_flag(const void* status) {
+  return *static_cast<const volatile int*>(status);
+}
+
 // The state before tile k of a sequence whose tiles' statuses are `statuses`,
 // given this tile's total transform (total_y, total_c) and the state before the
 // sequence. Called by all 32 lanes of one warp; publishes this tile's statuses.
 template <typename Acc>
-__device__ __forceinline__ Acc look_back(TileStatus<Acc>* statuses, int64_t k, Acc total_y, Acc total_c, Acc initial) {
+__device__ __forceinline__ Acc look_back(TileStatus<Acc>* statuses, int64_t k, Acc total_y, Acc total_c,
+                                         Acc initial) {
+  constexpr int P = kLookBackPerLane;
   const int lane = threadIdx.x % kWarpSize;
   if (k == 0) {
     if (lane == 0) publish(&statuses[0], kInclusive, total_c * initial + total_y, Acc(0));
@@ -76,27 +88,43 @@ __device__ __forceinline__ Acc look_back(TileStatus<Acc>* statuses, int64_t k, A
   if (lane == 0) publish(&statuses[k], kAggregate, total_y, total_c);
   // Transform of the tiles between the current window and k: s -> known_c * s + known_y.
   Acc known_y = Acc(0), known_c = Acc(1);
-  for (int64_t end = k - 1;; end -= kWarpSize) {
-    const int64_t p = end - lane;  // lane 0 holds the nearest predecessor
-    int flag = kInclusive;
-    Acc y = Acc(0), c = Acc(0);  // before tile 0 nothing: a constant transform
-    if (p >= 0) {
-      volatile int* f = &statuses[p].flag;
-      do {
-        flag = *f;
-      } while (flag == kNotReady);
-      __threadfence();
-      const volatile TileStatus<Acc>* s = &statuses[p];
-      if (flag == kInclusive) {
-        y = s->inclusive;  // the state after tile p: the constant transform s -> 0 * s + inclusive
-        c = Acc(0);
-      } else {
-        y = s->aggregate_y;
-        c = s->aggregate_c;
-      }
+  for (int64_t end = k - 1;; end -= kWarpSize * P) {
+    // Lane L reads predecessors end - L*P - j, j = 0 .. P-1, nearest first; all loads in flight at once.
+    int flags[P];
+#pragma unroll
+    for (int j = 0; j < P; ++j) {
+      const int64_t p = end - lane * P - j;
+      flags[j] = p >= 0 ? load_flag(&statuses[p]) : int(kInclusive);
     }
-    const unsigned inclusive = __ballot_sync(kFullMask, flag == kInclusive);
-    const int last = inclusive ? __ffs(inclusive) - 1 : kWarpSize - 1;  // the nearest inclusive lane
+#pragma unroll
+    for (int j = 0; j < P; ++j) {
+      const int64_t p = end - lane * P - j;
+      while (flags[j] == kNotReady) flags[j] = load_flag(&statuses[p]);
+    }
+    __threadfence();
+    // This lane's transform, its statuses composed nearest (outer) to farthest, up to an inclusive one.
+    Acc y = Acc(0), c = Acc(1);
+    bool reached_inclusive = false;
+#pragma unroll
+    for (int j = 0; j < P; ++j) {
+      const int64_t p = end - lane * P - j;
+      if (reached_inclusive) continue;
+      Acc sy = Acc(0), sc = Acc(0);  // before tile 0 nothing: a constant transform (never reached)
+      if (p >= 0) {
+        const volatile TileStatus<Acc>* s = &statuses[p];
+        if (flags[j] == kInclusive) {
+          sy = s->inclusive;  // the state after tile p: the constant transform s -> 0 * s + inclusive
+        } else {
+          sy = s->aggregate_y;
+          sc = s->aggregate_c;
+        }
+      }
+      reached_inclusive = flags[j] == kInclusive;
+      y = c * sy + y;
+      c = c * sc;
+    }
+    const unsigned inclusive = __ballot_sync(kFullMask, reached_inclusive);
+    const int last = inclusive ? __ffs(inclusive) - 1 : kWarpSize - 1;  // the nearest lane with an inclusive
     if (lane > last) {
       y = Acc(0);
       c = Acc(1);
@@ -119,6 +147,39 @@ __device__ __forceinline__ Acc look_back(TileStatus<Acc>* statuses, int64_t k, A
   // With an inclusive predecessor folded in, the transform is constant: its value is the state.
   if (lane == 0) publish(&statuses[k], kInclusive, total_c * known_y + total_y, Acc(0));
   return known_y;
+}
+
+// The per-thread variant of look_back, for kernels where every thread scans its
+// own sequence (strided.cuh): the state before chunk k of one sequence whose
+// chunk statuses are statuses[0], statuses[stride], ... Walks back one chunk at
+// a time: those kernels keep only a few chunks of a sequence in flight.
+template <typename Acc>
+__device__ __forceinline__ Acc look_back_thread(TileStatus<Acc>* statuses, int64_t stride, int64_t k,
+                                                Acc total_y, Acc total_c, Acc initial) {
+  if (k == 0) {
+    publish(&statuses[0], kInclusive, total_c * initial + total_y, Acc(0));
+    return initial;
+  }
+  publish(&statuses[k * stride], kAggregate, total_y, total_c);
+  Acc known_y = Acc(0), known_c = Acc(1);  // the chunks between p and k: s -> known_c * s + known_y
+  Acc state;
+  for (int64_t p = k - 1;; --p) {
+    volatile int* f = &statuses[p * stride].flag;
+    int flag;
+    do {
+      flag = *f;
+    } while (flag == kNotReady);
+    __threadfence();
+    const volatile TileStatus<Acc>* s = &statuses[p * stride];
+    if (flag == kInclusive) {
+      state = known_c * s->inclusive + known_y;
+      break;
+    }
+    known_y = known_c * s->aggregate_y + known_y;
+    known_c = known_c * s->aggregate_c;
+  }
+  publish(&statuses[k * stride], kInclusive, total_c * state + total_y, Acc(0));
+  return state;
 }
 
 }  // namespace linrec

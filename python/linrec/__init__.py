@@ -18,7 +18,7 @@ from ._args import normalize
 from ._ops import call_compiled
 from ._version import __version__
 
-__all__ = ["linrec", "build_info", "compiled_configs", "__version__"]
+__all__ = ["linrec", "build_info", "compiled_configs", "compiled_strided_configs", "__version__"]
 
 
 def build_info() -> dict:
@@ -34,12 +34,18 @@ def build_info() -> dict:
         pass
     info["backends"] = backends
     info["configs"] = compiled_configs()
+    info["strided_configs"] = compiled_strided_configs()
     return info
 
 
 def compiled_configs() -> list[tuple[int, int, int, int]]:
-    """The compiled tile/pipe configs as (elems_per_thread, threads_per_block, memcode, algocode)."""
+    """The compiled tile/pipe/chained configs as (elems_per_thread, threads_per_block, memcode, algocode)."""
     return [tuple(c) for c in _C.compiled_configs()]
+
+
+def compiled_strided_configs() -> list[tuple[int, int, int, int]]:
+    """The compiled configs of the strided kernels, in the form of compiled_configs()."""
+    return [tuple(c) for c in _C.compiled_strided_configs()]
 
 
 _HAS_CUDA_KERNELS = bool(_C.build_info()["cuda"])

@@ -13,7 +13,7 @@ import linrec
 from linrec import _C
 
 DTYPES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}
-KINDS = {"ref": 1, "tile": 2, "pipe": 3, "chained": 4}
+KINDS = {"ref": 1, "tile": 2, "pipe": 3, "chained": 4, "strided": 5}
 
 
 def collect():
@@ -22,8 +22,9 @@ def collect():
         for backward in (False, True):
             rows.append(dict(kernel="ref", dtype=dtype, backward=backward, config=None,
                              **_C.func_attrs(d, KINDS["ref"], backward, 0, 0, 0, 0)))
-            for kind in ("tile", "pipe", "chained"):
-                for config in linrec.compiled_configs():
+            for kind in ("tile", "pipe", "chained", "strided"):
+                configs = linrec.compiled_strided_configs() if kind == "strided" else linrec.compiled_configs()
+                for config in configs:
                     rows.append(dict(kernel=kind, dtype=dtype, backward=backward, config=config,
                                      **_C.func_attrs(d, KINDS[kind], backward, *config)))
     return rows
@@ -37,9 +38,9 @@ def main(argv=None):
         print("this build has no CUDA kernels")
         return 1
     rows = collect()
-    print(f"{'kernel':<6}{'dir':<5}{'dtype':<10}{'config (E, T, mem, algo)':<26}{'regs':>6}{'local':>7}{'shared':>8}")
+    print(f"{'kernel':<8}{'dir':<5}{'dtype':<10}{'config (E, T, mem, algo)':<26}{'regs':>6}{'local':>7}{'shared':>8}")
     for r in rows:
-        print(f"{r['kernel']:<6}{'bwd' if r['backward'] else 'fwd':<5}{r['dtype']:<10}{str(r['config']):<26}"
+        print(f"{r['kernel']:<8}{'bwd' if r['backward'] else 'fwd':<5}{r['dtype']:<10}{str(r['config']):<26}"
               f"{r['num_regs']:>6}{r['local_bytes']:>7}{r['shared_bytes']:>8}")
     spills = [r for r in rows if r["local_bytes"] > 0]
     print(f"{len(rows)} kernels, {len(spills)} with local memory (spills)")

@@ -10,15 +10,17 @@ op as plain ints, so torch.compile traces these calls like any other.
 - linrec_pipe: the tile scan over consecutive tiles with a carry: any length.
 - linrec_chained: one block per tile, each finding its entering state by
   decoupled look-back: any length, for few long sequences.
+- linrec_strided: lanes across sequences, time in chunks chained by look-back:
+  for sequences strided along their length (channel-last data), any length.
 """
 
 from __future__ import annotations
 
 import functools
 
-from .. import compiled_configs
+from .. import compiled_configs, compiled_strided_configs
 from .._args import normalize
-from .._ops import KERNEL_CHAINED, KERNEL_PIPE, KERNEL_REF, KERNEL_TILE, call_compiled
+from .._ops import KERNEL_CHAINED, KERNEL_PIPE, KERNEL_REF, KERNEL_STRIDED, KERNEL_TILE, call_compiled
 
 
 def _check_cuda(inputs):
@@ -27,16 +29,16 @@ def _check_cuda(inputs):
 
 
 @functools.cache
-def _compiled():
-    return frozenset(compiled_configs())
+def _compiled(kernel):
+    return frozenset(compiled_strided_configs() if kernel == "strided" else compiled_configs())
 
 
 def _check_config(kernel, inputs, dim, elems_per_thread, threads_per_block, memcode, algocode):
     config = (elems_per_thread, threads_per_block, memcode, algocode)
-    if config not in _compiled():
+    if config not in _compiled(kernel):
         raise ValueError(
             f"linrec_{kernel}: config (elems_per_thread, threads_per_block, memcode, algocode) = {config} "
-            "is not compiled; see linrec.compiled_configs(), or build with LINREC_CONFIGS=full"
+            f"is not compiled; see linrec.{'compiled_strided_configs' if kernel == 'strided' else 'compiled_configs'}()"
         )
     if kernel == "tile" and inputs.shape[dim] > elems_per_thread * threads_per_block:
         raise ValueError(
@@ -77,4 +79,15 @@ def linrec_chained(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems
     _check_cuda(inputs)
     _check_config("chained", inputs, dim, elems_per_thread, threads_per_block, memcode, algocode)
     return call_compiled(inputs, coeffs, initial, dim, reverse, KERNEL_CHAINED, elems_per_thread,
+                         threads_per_block, memcode, algocode)
+
+
+def linrec_strided(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems_per_thread=16,
+                   threads_per_block=256, memcode=0, algocode=3):
+    """Lanes across 32 sequences, elems_per_thread steps per thread, threads_per_block / 32 warps
+    splitting a chunk of time; see linrec.compiled_strided_configs()."""
+    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim)
+    _check_cuda(inputs)
+    _check_config("strided", inputs, dim, elems_per_thread, threads_per_block, memcode, algocode)
+    return call_compiled(inputs, coeffs, initial, dim, reverse, KERNEL_STRIDED, elems_per_thread,
                          threads_per_block, memcode, algocode)

@@ -1,0 +1,9 @@
+// Explicit instantiation: strided fwd and bwd, float.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "../strided.cuh"
+
+namespace linrec {
+LINREC_INSTANTIATE_STRIDED(float)
+}  // namespace linrec

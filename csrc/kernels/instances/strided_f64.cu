@@ -1,0 +1,9 @@
+// Explicit instantiation: strided fwd and bwd, double.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "../strided.cuh"
+
+namespace linrec {
+LINREC_INSTANTIATE_STRIDED(double)
+}  // namespace linrec
