@@ -6,7 +6,7 @@
 namespace linrec {
 
 // Kernel families. kAuto lets dispatch.h choose by shape.
-enum class KernelKind : int { kAuto = 0, kRef = 1, kTile = 2, kPipe = 3, kChained = 4, kStrided = 5 };
+enum class KernelKind : int { kAuto = 0, kRef = 1, kTile = 2, kPipe = 3, kChained = 4, kStrided = 5, kPacked = 6 };
 
 // How a block moves a tile between global memory and registers (memio.h).
 enum class MemCode : int {

@@ -60,6 +60,11 @@ constexpr auto CONFIG_LIST = concat(
 constexpr auto STRIDED_CONFIG_LIST = product(std::array{8, 16}, std::array{128, 256, 512},
                                              std::array{MemCode::kDirect}, std::array{AlgoCode::kBlock});
 
+// The packed kernels (packed.cuh): sequences of at most 32 * elems_per_thread
+// elements, several to a warp, threads_per_block threads to a block.
+constexpr auto PACKED_CONFIG_LIST = product(std::array{4, 8}, std::array{128, 256},
+                                            std::array{MemCode::kVector}, std::array{AlgoCode::kBlock});
+
 // Calls fn.template operator()<C>() for the compiled config C equal to `config`.
 // A fold over the list's indices, not recursion: the full product has 288 entries.
 template <auto kList = CONFIG_LIST, typename Fn>
@@ -95,18 +100,21 @@ inline KernelChoice select_config(int64_t seq_len, int64_t num_seqs, bool unit_e
   const TileConfig widest{16, 256, MemCode::kVector, kFull};
   if (num_seqs < 2 * static_cast<int64_t>(sm_count) && seq_len >= 4 * widest.tile_len())
     return {KernelKind::kChained, widest};
-  // H100, fp32, 13200 sequences: one tile per sequence while it fits, with as
-  // few idle threads as the compiled configs allow; past that, pipe 8x64 leads
-  // the forward. The backward holds three tensors per element: wider tiles.
+  // H100, fp32, 13200 sequences (device time, python -m linrec.tune): one tile
+  // per sequence while it fits, with as few idle threads as the compiled configs
+  // allow; past that, pipe 4x256 leads the forward (0.99-1.00 of copy from 2048
+  // to 16384) and pipe 16x64 the backward (0.94-0.95).
+  // Short sequences, several to a warp.
+  if (seq_len <= 32 * 4) return {KernelKind::kPacked, {4, 256, MemCode::kVector, kFull}};
   if (seq_len <= 4 * 64) return {KernelKind::kTile, {4, 64, MemCode::kVector, kFull}};
   if (!backward) {
     if (seq_len <= 8 * 64) return {KernelKind::kTile, {8, 64, MemCode::kVector, kFull}};
-    return {KernelKind::kPipe, {8, 64, MemCode::kVector, kFull}};
+    return {KernelKind::kPipe, {4, 256, MemCode::kVector, kFull}};
   }
   if (seq_len <= 16 * 64) return {KernelKind::kTile, {16, 64, MemCode::kVector, kFull}};
   if (seq_len <= 8 * 256) return {KernelKind::kTile, {8, 256, MemCode::kVector, kFull}};
   if (seq_len <= 16 * 256) return {KernelKind::kTile, widest};
-  return {KernelKind::kPipe, widest};
+  return {KernelKind::kPipe, {16, 64, MemCode::kVector, kFull}};
 }
 
 }  // namespace linrec

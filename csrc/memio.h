@@ -190,4 +190,23 @@ __device__ __forceinline__ void shift_window(Acc (&v)[E], const T* seq, int64_t 
   }
 }
 
+// shift_window for a sequence held whole by a segment of `width` lanes (the
+// packed kernels): lane j of the segment holds positions j*E + [0, E) of a
+// sequence of len <= width * E, so every neighbour is in a register of the
+// segment and nothing is loaded. All 32 lanes of the warp must call this together.
+template <int E, typename Acc>
+__device__ __forceinline__ void shift_segment(Acc (&v)[E], int width, int64_t len, Acc fill, bool from_next) {
+  const int64_t first = static_cast<int64_t>(threadIdx.x % width) * E;
+  if (from_next) {
+    const Acc edge = __shfl_down_sync(kFullMask, v[0], 1, width);  // the next lane's first element
+#pragma unroll
+    for (int i = 0; i < E; ++i) v[i] = first + i + 1 < len ? (i + 1 < E ? v[i + 1] : edge) : fill;
+  } else {
+    const Acc edge = __shfl_up_sync(kFullMask, v[E - 1], 1, width);  // the previous lane's last element
+#pragma unroll
+    for (int i = E - 1; i > 0; --i) v[i] = v[i - 1];
+    v[0] = first == 0 ? fill : edge;
+  }
+}
+
 }  // namespace linrec

@@ -3,6 +3,8 @@
 // the module itself only reports what this build contains.
 #include <Python.h>
 
+#include <string>
+
 #include "dispatch.h"
 #include "kernels/launch.h"
 
@@ -32,18 +34,20 @@ PyObject* config_list(const List& configs) {
   return list;
 }
 
-// The configs of the CUDA tile, pipe and chained kernels (none in a CPU-only build).
-PyObject* compiled_configs(PyObject*, PyObject*) {
+// compiled_configs(family): the configs of a kernel family, "tiled" (tile, pipe
+// and chained), "strided" or "packed"; none in a CPU-only build.
+PyObject* compiled_configs(PyObject*, PyObject* args) {
+  const char* family = nullptr;
+  if (!PyArg_ParseTuple(args, "s", &family)) return nullptr;
+  const std::string name(family);
+  if (name != "tiled" && name != "strided" && name != "packed") {
+    PyErr_SetString(PyExc_ValueError, "family must be 'tiled', 'strided' or 'packed'");
+    return nullptr;
+  }
 #if defined(LINREC_WITH_CUDA)
+  if (name == "strided") return config_list(linrec::STRIDED_CONFIG_LIST);
+  if (name == "packed") return config_list(linrec::PACKED_CONFIG_LIST);
   return config_list(linrec::CONFIG_LIST);
-#else
-  return PyList_New(0);
-#endif
-}
-
-PyObject* compiled_strided_configs(PyObject*, PyObject*) {
-#if defined(LINREC_WITH_CUDA)
-  return config_list(linrec::STRIDED_CONFIG_LIST);
 #else
   return PyList_New(0);
 #endif
@@ -78,10 +82,8 @@ PyObject* func_attrs(PyObject*, PyObject* args) {
 #endif
 
 PyMethodDef methods[] = {
-    {"compiled_configs", compiled_configs, METH_NOARGS,
-     "The compiled TileConfigs as (elems_per_thread, threads_per_block, memcode, algocode)."},
-    {"compiled_strided_configs", compiled_strided_configs, METH_NOARGS,
-     "The compiled configs of the strided kernels, in the same form."},
+    {"compiled_configs", compiled_configs, METH_VARARGS,
+     "The compiled TileConfigs of a kernel family as (elems_per_thread, threads_per_block, memcode, algocode)."},
     {"build_info", build_info, METH_NOARGS, "What this build contains: CUDA or not, its version and archs."},
 #if defined(LINREC_WITH_CUDA)
     {"func_attrs", func_attrs, METH_VARARGS, "cudaFuncGetAttributes of one compiled kernel."},

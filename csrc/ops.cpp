@@ -131,9 +131,9 @@ struct LaunchChoice {
 LaunchChoice choose(int64_t kernel, int64_t elems_per_thread, int64_t threads_per_block, int64_t memcode,
                     int64_t algocode, int64_t seq_len, int64_t num_seqs, bool unit_elem_stride, bool backward,
                     int device) {
-  STD_TORCH_CHECK(kernel >= 0 && kernel <= 5,
-                  "linrec: kernel must be 0 (auto), 1 (ref), 2 (tile), 3 (pipe), 4 (chained) or 5 (strided), got ",
-                  kernel);
+  STD_TORCH_CHECK(kernel >= 0 && kernel <= 6,
+                  "linrec: kernel must be 0 (auto), 1 (ref), 2 (tile), 3 (pipe), 4 (chained), 5 (strided) or 6 "
+                  "(packed), got ", kernel);
   const auto kind = static_cast<KernelKind>(kernel);
   if (kind == KernelKind::kAuto) {
     const KernelChoice c = select_config(seq_len, num_seqs, unit_elem_stride, backward, cuda_sm_count(device));
@@ -147,6 +147,9 @@ LaunchChoice choose(int64_t kernel, int64_t elems_per_thread, int64_t threads_pe
     STD_TORCH_CHECK(seq_len <= config.tile_len(), "linrec: the tile kernel scans at most elems_per_thread * "
                     "threads_per_block = ", config.tile_len(), " elements, but the sequence has ", seq_len,
                     "; use the pipe kernel or a larger config");
+  if (kind == KernelKind::kPacked)
+    STD_TORCH_CHECK(seq_len <= 32 * config.elems_per_thread, "linrec: the packed kernel holds at most 32 * "
+                    "elems_per_thread = ", 32 * config.elems_per_thread, " elements, but the sequence has ", seq_len);
   return {kind, config};
 }
 
@@ -273,7 +276,7 @@ std::tuple<Tensor, Tensor, Tensor> linrec_bwd(Tensor d_outputs, Tensor coeffs, T
 }  // namespace linrec
 
 STABLE_TORCH_LIBRARY(linrec, m) {
-  // kernel: 0 auto (dispatch.h chooses), 1 ref, 2 tile, 3 pipe, 4 chained, 5 strided. The last four
+  // kernel: 0 auto (dispatch.h chooses), 1 ref, 2 tile, 3 pipe, 4 chained, 5 strided, 6 packed. The last four
   // ints select a compiled TileConfig for the other kernels; auto and ref ignore them.
   m.def(
       "linrec_fwd(Tensor inputs, Tensor coeffs, Tensor? initial, int dim, bool reverse, int kernel, "

@@ -20,6 +20,16 @@ for dtype in (torch.float32, torch.bfloat16):
                     continue
                 leaves = [v.clone().requires_grad_() for v in (x, c, h0)]
                 fn(*leaves[:2], reverse, initial=leaves[2], **kw).sum().backward()
+        # Strided: channel-last (T, D) over dim 0; packed: sequences of 100 elements.
+        xt, ct = x.t().contiguous(), c.t().contiguous()
+        for e, t, m, a in linrec.compiled_configs("strided"):
+            leaves = [v.clone().requires_grad_() for v in (xt, ct, h0)]
+            cuda.linrec_strided(*leaves[:2], reverse, dim=0, initial=leaves[2], elems_per_thread=e,
+                                threads_per_block=t, memcode=m, algocode=a).sum().backward()
+        for e, t, m, a in linrec.compiled_configs("packed"):
+            leaves = [v.clone().requires_grad_() for v in (x[:, :100], c[:, :100], h0)]
+            cuda.linrec_packed(*leaves[:2], reverse, initial=leaves[2], elems_per_thread=e,
+                               threads_per_block=t, memcode=m, algocode=a).sum().backward()
         leaves = [v.clone().requires_grad_() for v in (x, c, h0)]
         cuda.linrec_ref(*leaves[:2], reverse, initial=leaves[2]).sum().backward()
         for fn in (triton.linrec_tile, triton.linrec_pipe):

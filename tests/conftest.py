@@ -35,6 +35,7 @@ def gpu_impls():
         "cuda.linrec_pipe": cuda.linrec_pipe,
         "cuda.linrec_chained": cuda.linrec_chained,
         "cuda.linrec_strided": cuda.linrec_strided,
+        "cuda.linrec_packed": cuda.linrec_packed,
         "triton.linrec_tile": triton.linrec_tile,
         "triton.linrec_pipe": triton.linrec_pipe,
     }

@@ -135,4 +135,10 @@ def test_build_info():
     assert isinstance(info["cuda"], bool)
     assert "cpu" in info["backends"] and ("cuda" in info["backends"]) == info["cuda"]
     if info["cuda"]:
-        assert info["configs"] and all(len(c) == 4 for c in info["configs"])
+        assert set(info["configs"]) == {"tile", "strided", "packed"}
+        assert all(cs and all(len(c) == 4 for c in cs) for cs in info["configs"].values())
+
+
+def test_compiled_configs_names_the_kernel():
+    with pytest.raises(ValueError, match="kernel='scan'"):
+        linrec.compiled_configs("scan")

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "launch.h"
+#include "packed.cuh"
 #include "ref.cuh"
 #include "strided.cuh"
 #include "tiled.cuh"
@@ -32,7 +33,14 @@ namespace linrec {
                                                               cudaStream_t);                                   \
   extern template cudaFuncAttributes strided_func_attrs<T, false>(const TileConfig&);                          \
   extern template cudaFuncAttributes strided_func_attrs<T, true>(const TileConfig&);
-#define LINREC_DECLARE_ALL(T) LINREC_DECLARE_TILED(T) LINREC_DECLARE_STRIDED(T)
+#define LINREC_DECLARE_PACKED(T)                                                                              \
+  extern template void launch_packed<T, false, ForwardParams>(const ForwardParams&, const TileConfig&,         \
+                                                              cudaStream_t);                                   \
+  extern template void launch_packed<T, true, BackwardParams>(const BackwardParams&, const TileConfig&,        \
+                                                             cudaStream_t);                                    \
+  extern template cudaFuncAttributes packed_func_attrs<T, false>(const TileConfig&);                           \
+  extern template cudaFuncAttributes packed_func_attrs<T, true>(const TileConfig&);
+#define LINREC_DECLARE_ALL(T) LINREC_DECLARE_TILED(T) LINREC_DECLARE_STRIDED(T) LINREC_DECLARE_PACKED(T)
 LINREC_DECLARE_ALL(float)
 LINREC_DECLARE_ALL(double)
 LINREC_DECLARE_ALL(__half)
@@ -64,6 +72,7 @@ void launch(const Params& p, DType dtype, KernelKind kind, const TileConfig& con
       case KernelKind::kPipe: return launch_tiled<T, Schedule::kPipe, kBackward>(p, config, stream);
       case KernelKind::kChained: return launch_tiled<T, Schedule::kChained, kBackward>(p, config, stream);
       case KernelKind::kStrided: return launch_strided<T, kBackward>(p, config, stream);
+      case KernelKind::kPacked: return launch_packed<T, kBackward>(p, config, stream);
       case KernelKind::kAuto: break;
     }
     throw std::invalid_argument("linrec: no kernel chosen");
@@ -114,6 +123,9 @@ FuncAttrs cuda_func_attrs(DType dtype, KernelKind kind, bool backward, const Til
       case KernelKind::kChained: a = attrs_of<T, Schedule::kChained>(backward, config); break;
       case KernelKind::kStrided:
         a = backward ? strided_func_attrs<T, true>(config) : strided_func_attrs<T, false>(config);
+        break;
+      case KernelKind::kPacked:
+        a = backward ? packed_func_attrs<T, true>(config) : packed_func_attrs<T, false>(config);
         break;
       case KernelKind::kAuto: throw std::invalid_argument("linrec: func_attrs needs a kernel kind");
     }

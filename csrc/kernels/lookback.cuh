@@ -102,24 +102,27 @@ __device__ __forceinline__ Acc look_back(TileStatus<Acc>* statuses, int64_t k, A
       while (flags[j] == kNotReady) flags[j] = load_flag(&statuses[p]);
     }
     __threadfence();
+    // All fields of all P statuses are read before any is used, so the loads overlap.
+    Acc inclusive_y[P], aggregate_y[P], aggregate_c[P];
+#pragma unroll
+    for (int j = 0; j < P; ++j) {
+      const int64_t p = end - lane * P - j;
+      const volatile TileStatus<Acc>* s = &statuses[p >= 0 ? p : 0];
+      inclusive_y[j] = s->inclusive;
+      aggregate_y[j] = s->aggregate_y;
+      aggregate_c[j] = s->aggregate_c;
+    }
     // This lane's transform, its statuses composed nearest (outer) to farthest, up to an inclusive one.
+    // Before tile 0 lies nothing; tile 0 is always inclusive, so the walk stops there.
     Acc y = Acc(0), c = Acc(1);
     bool reached_inclusive = false;
 #pragma unroll
     for (int j = 0; j < P; ++j) {
-      const int64_t p = end - lane * P - j;
       if (reached_inclusive) continue;
-      Acc sy = Acc(0), sc = Acc(0);  // before tile 0 nothing: a constant transform (never reached)
-      if (p >= 0) {
-        const volatile TileStatus<Acc>* s = &statuses[p];
-        if (flags[j] == kInclusive) {
-          sy = s->inclusive;  // the state after tile p: the constant transform s -> 0 * s + inclusive
-        } else {
-          sy = s->aggregate_y;
-          sc = s->aggregate_c;
-        }
-      }
       reached_inclusive = flags[j] == kInclusive;
+      // An inclusive status is the constant transform s -> 0 * s + inclusive.
+      const Acc sy = reached_inclusive ? inclusive_y[j] : aggregate_y[j];
+      const Acc sc = reached_inclusive ? Acc(0) : aggregate_c[j];
       y = c * sy + y;
       c = c * sc;
     }
@@ -160,15 +163,15 @@ __device__ __forceinline__ Acc look_back_thread(TileStatus<Acc>* statuses, int64
     publish(&statuses[0], kInclusive, total_c * initial + total_y, Acc(0));
     return initial;
   }
-  publish(&statuses[k * stride], kAggregate, total_y, total_c);
+  // Chunks are numbered chunk-major, so the predecessor has usually finished:
+  // then this chunk publishes its inclusive status only, one fence instead of two.
+  int flag = load_flag(&statuses[(k - 1) * stride]);
+  if (flag != kInclusive) publish(&statuses[k * stride], kAggregate, total_y, total_c);
   Acc known_y = Acc(0), known_c = Acc(1);  // the chunks between p and k: s -> known_c * s + known_y
   Acc state;
   for (int64_t p = k - 1;; --p) {
-    volatile int* f = &statuses[p * stride].flag;
-    int flag;
-    do {
-      flag = *f;
-    } while (flag == kNotReady);
+    if (p != k - 1) flag = load_flag(&statuses[p * stride]);
+    while (flag == kNotReady) flag = load_flag(&statuses[p * stride]);
     __threadfence();
     const volatile TileStatus<Acc>* s = &statuses[p * stride];
     if (flag == kInclusive) {

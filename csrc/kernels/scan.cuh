@@ -49,30 +49,33 @@ __device__ __forceinline__ void scan_thread(Acc (&y)[E], Acc (&c)[E], bool rev, 
   }
 }
 
-// The value of the logically previous lane, `delta` lanes back.
+// The value of the logically previous lane of this segment, `delta` lanes back.
 template <typename Acc>
-__device__ __forceinline__ Acc shfl_prev(Acc v, int delta, bool rev) {
-  return rev ? __shfl_down_sync(kFullMask, v, delta) : __shfl_up_sync(kFullMask, v, delta);
+__device__ __forceinline__ Acc shfl_prev(Acc v, int delta, bool rev, int width) {
+  return rev ? __shfl_down_sync(kFullMask, v, delta, width) : __shfl_up_sync(kFullMask, v, delta, width);
 }
 
-// Level 2: inclusive scan of the threads' totals over the warp's logical lanes.
-// Returns the exclusive prefix of this lane in (ex_y, ex_c) and leaves the
-// inclusive value in (y, c).
+// Level 2: inclusive scan of the threads' totals over the logical lanes of each
+// segment of `width` lanes (a power of two; the whole warp by default, smaller
+// for the packed kernels' short sequences). Returns the exclusive prefix of this
+// lane in (ex_y, ex_c) and leaves the inclusive value in (y, c).
 template <typename Acc>
-__device__ __forceinline__ void scan_warp(Acc& y, Acc& c, bool rev, Acc& ex_y, Acc& ex_c) {
-  const int lane = threadIdx.x % kWarpSize;
-  const int logical_lane = rev ? kWarpSize - 1 - lane : lane;
+__device__ __forceinline__ void scan_warp(Acc& y, Acc& c, bool rev, Acc& ex_y, Acc& ex_c,
+                                          int width = kWarpSize) {
+  const int lane = threadIdx.x % width;
+  const int logical_lane = rev ? width - 1 - lane : lane;
 #pragma unroll
   for (int delta = 1; delta < kWarpSize; delta *= 2) {
-    const Acc prev_y = shfl_prev(y, delta, rev);
-    const Acc prev_c = shfl_prev(c, delta, rev);
+    if (delta >= width) break;
+    const Acc prev_y = shfl_prev(y, delta, rev, width);
+    const Acc prev_c = shfl_prev(c, delta, rev, width);
     if (logical_lane >= delta) {
       y = c * prev_y + y;
       c = c * prev_c;
     }
   }
-  ex_y = shfl_prev(y, 1, rev);
-  ex_c = shfl_prev(c, 1, rev);
+  ex_y = shfl_prev(y, 1, rev, width);
+  ex_c = shfl_prev(c, 1, rev, width);
   if (logical_lane == 0) {
     ex_y = Acc(0);
     ex_c = Acc(1);

@@ -18,7 +18,7 @@ from ._args import normalize
 from ._ops import call_compiled
 from ._version import __version__
 
-__all__ = ["linrec", "build_info", "compiled_configs", "compiled_strided_configs", "__version__"]
+__all__ = ["linrec", "build_info", "compiled_configs", "__version__"]
 
 
 def build_info() -> dict:
@@ -33,19 +33,21 @@ def build_info() -> dict:
     except ImportError:
         pass
     info["backends"] = backends
-    info["configs"] = compiled_configs()
-    info["strided_configs"] = compiled_strided_configs()
+    info["configs"] = {kernel: compiled_configs(kernel) for kernel in ("tile", "strided", "packed")}
     return info
 
 
-def compiled_configs() -> list[tuple[int, int, int, int]]:
-    """The compiled tile/pipe/chained configs as (elems_per_thread, threads_per_block, memcode, algocode)."""
-    return [tuple(c) for c in _C.compiled_configs()]
+_CONFIG_FAMILIES = {"tile": "tiled", "pipe": "tiled", "chained": "tiled", "strided": "strided", "packed": "packed"}
 
 
-def compiled_strided_configs() -> list[tuple[int, int, int, int]]:
-    """The compiled configs of the strided kernels, in the form of compiled_configs()."""
-    return [tuple(c) for c in _C.compiled_strided_configs()]
+def compiled_configs(kernel: str = "tile") -> list[tuple[int, int, int, int]]:
+    """The compiled configs of a CUDA kernel as (elems_per_thread, threads_per_block, memcode, algocode).
+
+    tile, pipe and chained share one list; strided and packed have their own.
+    """
+    if kernel not in _CONFIG_FAMILIES:
+        raise ValueError(f"linrec: kernel={kernel!r}; expected one of {', '.join(_CONFIG_FAMILIES)}")
+    return [tuple(c) for c in _C.compiled_configs(_CONFIG_FAMILIES[kernel])]
 
 
 _HAS_CUDA_KERNELS = bool(_C.build_info()["cuda"])

@@ -48,7 +48,7 @@ torch.library.register_autograd("linrec::linrec_fwd", _backward, setup_context=_
 MAX_CUDA_SEQS = 2**31 - 1  # LINREC_MAX_CUDA_SEQS in csrc/params.h
 
 # The `kernel` argument of the ops.
-KERNEL_AUTO, KERNEL_REF, KERNEL_TILE, KERNEL_PIPE, KERNEL_CHAINED, KERNEL_STRIDED = 0, 1, 2, 3, 4, 5
+KERNEL_AUTO, KERNEL_REF, KERNEL_TILE, KERNEL_PIPE, KERNEL_CHAINED, KERNEL_STRIDED, KERNEL_PACKED = range(7)
 
 
 def call_compiled(inputs, coeffs, initial, dim, reverse, kernel=KERNEL_AUTO, elems_per_thread=0,

@@ -13,7 +13,7 @@ import linrec
 from linrec import _C
 
 DTYPES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}
-KINDS = {"ref": 1, "tile": 2, "pipe": 3, "chained": 4, "strided": 5}
+KINDS = {"ref": 1, "tile": 2, "pipe": 3, "chained": 4, "strided": 5, "packed": 6}
 
 
 def collect():
@@ -22,9 +22,8 @@ def collect():
         for backward in (False, True):
             rows.append(dict(kernel="ref", dtype=dtype, backward=backward, config=None,
                              **_C.func_attrs(d, KINDS["ref"], backward, 0, 0, 0, 0)))
-            for kind in ("tile", "pipe", "chained", "strided"):
-                configs = linrec.compiled_strided_configs() if kind == "strided" else linrec.compiled_configs()
-                for config in configs:
+            for kind in ("tile", "pipe", "chained", "strided", "packed"):
+                for config in linrec.compiled_configs(kind):
                     rows.append(dict(kernel=kind, dtype=dtype, backward=backward, config=config,
                                      **_C.func_attrs(d, KINDS[kind], backward, *config)))
     return rows

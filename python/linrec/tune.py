@@ -1,8 +1,10 @@
-"""python -m linrec.tune: time every compiled tile/pipe config over sequence lengths.
+"""python -m linrec.tune: time every compiled config of a kernel over sequence lengths.
 
-For each kernel (tile, pipe), config and length it checks the error against the
-float64 CPU kernel on a few sequences, then times forward and fused backward
-with #SMs * 100 sequences (fewer if that would not fit --max-elems). It prints
+For each kernel (tile, pipe, chained, strided, packed), config and length it checks the
+error against the float64 CPU kernel on a few sequences, then times (device
+time) forward and fused backward with #SMs * 100 sequences (fewer if that would
+not fit --max-elems; --seqs sets it). The strided kernel runs on the transposed,
+channel-last layout. It prints
 the best config per length, as the blog's tables do, and writes all rows as JSON.
 """
 
@@ -14,10 +16,13 @@ import json
 import torch
 
 import linrec
+from linrec._ops import KERNEL_CHAINED, KERNEL_PACKED, KERNEL_PIPE, KERNEL_STRIDED, KERNEL_TILE
 from linrec._timing import device_ms
 from linrec.impl import cuda
 
 DEFAULT_LENGTHS = [16, 64, 256, 1024, 4096, 16384, 65536]
+KERNELS = {"tile": KERNEL_TILE, "pipe": KERNEL_PIPE, "chained": KERNEL_CHAINED, "strided": KERNEL_STRIDED,
+           "packed": KERNEL_PACKED}
 
 
 def rel_error(out, ref):
@@ -36,15 +41,19 @@ def tune(kernels, lengths, dtype, max_elems, reps, seqs=None):
         y_ref = linrec.linrec(x[check].double().cpu(), c[check].double().cpu())
         for kernel in kernels:
             fn = getattr(cuda, f"linrec_{kernel}")
-            for config in linrec.compiled_configs():
+            # The strided kernel is timed on the channel-last layout it is for: (length, seqs) over dim 0.
+            strided = kernel == "strided"
+            dim = 0 if strided else -1
+            xk, ck, dyk = (t.t().contiguous() if strided else t for t in (x, c, dy))
+            for config in linrec.compiled_configs(kernel):
                 e, t, m, a = config
-                if kernel == "tile" and e * t < length:
+                if (kernel == "tile" and e * t < length) or (kernel == "packed" and 32 * e < length):
                     continue
-                kw = dict(elems_per_thread=e, threads_per_block=t, memcode=m, algocode=a)
-                y = fn(x, c, **kw)
-                err = rel_error(y[check], y_ref)
-                args = (dy, c, y, None, -1, False, {"tile": 2, "pipe": 3, "chained": 4}[kernel], e, t, m, a)
-                fwd_ms = device_ms(lambda: fn(x, c, **kw), reps=reps)
+                kw = dict(dim=dim, elems_per_thread=e, threads_per_block=t, memcode=m, algocode=a)
+                y = fn(xk, ck, **kw)
+                err = rel_error((y.t() if strided else y)[check], y_ref)
+                args = (dyk, ck, y, None, dim, False, KERNELS[kernel], e, t, m, a)
+                fwd_ms = device_ms(lambda: fn(xk, ck, **kw), reps=reps)
                 bwd_ms = device_ms(lambda: torch.ops.linrec.linrec_bwd(*args), reps=reps)
                 size = x.numel() * x.element_size()
                 rows.append(dict(kernel=kernel, length=length, seqs=num_seqs, config=config, error=err,
@@ -65,7 +74,7 @@ def best_table(rows, kernel, key):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m linrec.tune", description=__doc__.splitlines()[0])
-    parser.add_argument("--kernels", nargs="+", default=["tile", "pipe"], choices=["tile", "pipe", "chained"])
+    parser.add_argument("--kernels", nargs="+", default=["tile", "pipe"], choices=list(KERNELS))
     parser.add_argument("--lengths", nargs="+", type=int, default=DEFAULT_LENGTHS)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"])
     parser.add_argument("--max-elems", type=int, default=2**27)

@@ -1,7 +1,7 @@
 """The compiled CUDA kernels, one function per kernel family.
 
 Each has the signature of linrec.linrec plus keyword config arguments that pick
-one compiled TileConfig (see linrec.compiled_configs()). The config reaches the
+one compiled TileConfig (see linrec.compiled_configs(kernel)). The config reaches the
 op as plain ints, so torch.compile traces these calls like any other.
 
 - linrec_ref: one thread per sequence, walking it step by step.
@@ -12,15 +12,17 @@ op as plain ints, so torch.compile traces these calls like any other.
   decoupled look-back: any length, for few long sequences.
 - linrec_strided: lanes across sequences, time in chunks chained by look-back:
   for sequences strided along their length (channel-last data), any length.
+- linrec_packed: several short sequences to a warp, each held whole by a
+  segment of lanes (at most 32 * elems_per_thread elements).
 """
 
 from __future__ import annotations
 
 import functools
 
-from .. import compiled_configs, compiled_strided_configs
+from .. import compiled_configs
 from .._args import normalize
-from .._ops import KERNEL_CHAINED, KERNEL_PIPE, KERNEL_REF, KERNEL_STRIDED, KERNEL_TILE, call_compiled
+from .._ops import KERNEL_CHAINED, KERNEL_PACKED, KERNEL_PIPE, KERNEL_REF, KERNEL_STRIDED, KERNEL_TILE, call_compiled
 
 
 def _check_cuda(inputs):
@@ -30,7 +32,7 @@ def _check_cuda(inputs):
 
 @functools.cache
 def _compiled(kernel):
-    return frozenset(compiled_strided_configs() if kernel == "strided" else compiled_configs())
+    return frozenset(compiled_configs(kernel))
 
 
 def _check_config(kernel, inputs, dim, elems_per_thread, threads_per_block, memcode, algocode):
@@ -38,7 +40,12 @@ def _check_config(kernel, inputs, dim, elems_per_thread, threads_per_block, memc
     if config not in _compiled(kernel):
         raise ValueError(
             f"linrec_{kernel}: config (elems_per_thread, threads_per_block, memcode, algocode) = {config} "
-            f"is not compiled; see linrec.{'compiled_strided_configs' if kernel == 'strided' else 'compiled_configs'}()"
+            f"is not compiled; see linrec.compiled_configs({kernel!r}), or build with LINREC_CONFIGS=full"
+        )
+    if kernel == "packed" and inputs.shape[dim] > 32 * elems_per_thread:
+        raise ValueError(
+            f"linrec_packed: the packed kernel holds at most 32 * elems_per_thread = {32 * elems_per_thread} "
+            f"elements, but the sequence has {inputs.shape[dim]}; use linrec_tile or linrec_pipe"
         )
     if kernel == "tile" and inputs.shape[dim] > elems_per_thread * threads_per_block:
         raise ValueError(
@@ -85,9 +92,20 @@ def linrec_chained(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems
 def linrec_strided(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems_per_thread=16,
                    threads_per_block=256, memcode=0, algocode=3):
     """Lanes across 32 sequences, elems_per_thread steps per thread, threads_per_block / 32 warps
-    splitting a chunk of time; see linrec.compiled_strided_configs()."""
+    splitting a chunk of time; see linrec.compiled_configs("strided")."""
     inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim)
     _check_cuda(inputs)
     _check_config("strided", inputs, dim, elems_per_thread, threads_per_block, memcode, algocode)
     return call_compiled(inputs, coeffs, initial, dim, reverse, KERNEL_STRIDED, elems_per_thread,
+                         threads_per_block, memcode, algocode)
+
+
+def linrec_packed(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems_per_thread=4,
+                  threads_per_block=256, memcode=1, algocode=3):
+    """Sequences of at most 32 * elems_per_thread elements, several to a warp; see
+    linrec.compiled_configs("packed")."""
+    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim)
+    _check_cuda(inputs)
+    _check_config("packed", inputs, dim, elems_per_thread, threads_per_block, memcode, algocode)
+    return call_compiled(inputs, coeffs, initial, dim, reverse, KERNEL_PACKED, elems_per_thread,
                          threads_per_block, memcode, algocode)

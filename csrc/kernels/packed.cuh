@@ -1,0 +1,140 @@
+// The packed kernels: many short sequences, several to a warp.
+//
+// One block per sequence wastes a block on 16 elements: its threads idle and
+// the GPU runs through thousands of tiny blocks, each a full chain of load,
+// barrier and store latencies. Here a sequence of len <= 32 * E elements is
+// held whole by a segment of `width` lanes (the power of two >= len / E), and
+// a block of NT threads scans NT / width sequences at once: each thread scans
+// its E elements (scan_thread), the segment combines them with shuffles of that
+// width (scan_warp), and the state before the sequence enters at the segment's
+// first lane. No shared memory and no block barrier. The backward is the fused
+// one of tiled.cuh; its shifted windows never leave the segment (shift_segment).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "../dispatch.h"
+#include "../memio.h"
+#include "../params.h"
+#include "scan.cuh"
+
+namespace linrec {
+
+// Lanes per sequence: the power of two that holds len elements at E per lane.
+template <int E>
+__host__ __device__ __forceinline__ int packed_width(int64_t len) {
+  int width = 1;
+  while (static_cast<int64_t>(width) * E < len) width *= 2;
+  return width;
+}
+
+// Scans this thread's E elements of its segment's sequence; `initial` enters
+// at the sequence's first step. On return y holds the outputs.
+template <int E, typename Acc>
+__device__ __forceinline__ void scan_segment(Acc (&y)[E], Acc (&c)[E], bool rev, int width, Acc initial) {
+  Acc total_y, total_c, ex_y, ex_c;
+  scan_thread(y, c, rev, total_y, total_c);
+  scan_warp(total_y, total_c, rev, ex_y, ex_c, width);
+  const Acc before_thread = ex_c * initial + ex_y;
+#pragma unroll
+  for (int i = 0; i < E; ++i) y[i] = c[i] * before_thread + y[i];
+}
+
+template <typename T, int E, int NT>
+__global__ void __launch_bounds__(NT) packed_fwd_kernel(const ForwardParams p) {
+  using Acc = acc_t<T>;
+  const int width = packed_width<E>(p.seq_len);
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * (NT / width) + threadIdx.x / width;
+  // Every lane takes part in the shuffles; lanes past the last sequence see length 0.
+  const bool active = n < p.num_seqs;
+  const int64_t len = active ? p.seq_len : 0;
+  int64_t off[kNumFwdSlots];
+  p.index.offsets(active ? n : 0, off);
+  const auto& es = p.index.elem_strides;
+  const int64_t first = static_cast<int64_t>(threadIdx.x % width) * E;
+  Acc xs[E], cs[E];
+  load_vector(xs, static_cast<const T*>(p.inputs) + off[kFwdInputs], es[kFwdInputs], first, len, Acc(0));
+  load_vector(cs, static_cast<const T*>(p.coeffs) + off[kFwdCoeffs], es[kFwdCoeffs], first, len, Acc(1));
+  const Acc initial = p.initial && active ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kFwdInitial]]) : Acc(0);
+  scan_segment(xs, cs, p.reverse, width, initial);
+  store_vector(static_cast<T*>(p.outputs) + off[kFwdOutputs], es[kFwdOutputs], xs, first, len);
+}
+
+template <typename T, int E, int NT>
+__global__ void __launch_bounds__(NT) packed_bwd_kernel(const BackwardParams p) {
+  using Acc = acc_t<T>;
+  const int width = packed_width<E>(p.seq_len);
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * (NT / width) + threadIdx.x / width;
+  const bool active = n < p.num_seqs;
+  const int64_t len = active ? p.seq_len : 0;
+  int64_t off[kNumBwdSlots];
+  p.index.offsets(active ? n : 0, off);
+  const auto& es = p.index.elem_strides;
+  const int64_t first = static_cast<int64_t>(threadIdx.x % width) * E;
+  const bool fwd_rev = p.reverse;
+  const int64_t first_step = fwd_rev ? len - 1 : 0;  // the forward direction's first step
+  const Acc initial = p.initial && active ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kBwdInitial]]) : Acc(0);
+
+  Acc gs[E], cs[E];
+  load_vector(gs, static_cast<const T*>(p.d_outputs) + off[kBwdDOutputs], es[kBwdDOutputs], first, len, Acc(0));
+  load_vector(cs, static_cast<const T*>(p.coeffs) + off[kBwdCoeffs], es[kBwdCoeffs], first, len, Acc(1));
+  Acc first_coeff = Acc(0);  // coeffs[first_step], if this thread holds it
+#pragma unroll
+  for (int i = 0; i < E; ++i)
+    if (first + i == first_step) first_coeff = cs[i];
+  // d_inputs: the scan against the forward direction, coeffs one forward step later.
+  shift_segment(cs, width, len, Acc(0), /*from_next=*/!fwd_rev);
+  scan_segment(gs, cs, !fwd_rev, width, Acc(0));
+  store_vector(static_cast<T*>(p.d_inputs) + off[kBwdDInputs], es[kBwdDInputs], gs, first, len);
+  // d_coeffs = d_inputs * (outputs one forward step earlier, the initial state before the first).
+  Acc ys[E];
+  load_vector(ys, static_cast<const T*>(p.outputs) + off[kBwdOutputs], es[kBwdOutputs], first, len, Acc(0));
+  shift_segment(ys, width, len, initial, /*from_next=*/fwd_rev);
+#pragma unroll
+  for (int i = 0; i < E; ++i) {
+    if (active && first + i == first_step) static_cast<T*>(p.d_initial)[off[kBwdDInitial]] = from_acc<T>(gs[i] * first_coeff);
+    ys[i] = gs[i] * ys[i];
+  }
+  store_vector(static_cast<T*>(p.d_coeffs) + off[kBwdDCoeffs], es[kBwdDCoeffs], ys, first, len);
+}
+
+template <typename T, TileConfig C, bool kBackward>
+constexpr auto packed_kernel() {
+  if constexpr (kBackward) return packed_bwd_kernel<T, C.elems_per_thread, C.threads_per_block>;
+  else return packed_fwd_kernel<T, C.elems_per_thread, C.threads_per_block>;
+}
+
+template <typename T, bool kBackward, typename Params>
+void launch_packed(const Params& p, const TileConfig& config, cudaStream_t stream) {
+  const char* name = kBackward ? "linrec_packed_bwd" : "linrec_packed_fwd";
+  dispatch_config<PACKED_CONFIG_LIST>(config, [&]<TileConfig C>() {
+    if (p.seq_len > static_cast<int64_t>(kWarpSize) * C.elems_per_thread)
+      throw std::invalid_argument(std::string("linrec: ") + name + " holds at most 32 * elems_per_thread elements");
+    const int64_t per_block = C.threads_per_block / packed_width<C.elems_per_thread>(p.seq_len);
+    const int64_t blocks = (p.num_seqs + per_block - 1) / per_block;
+    if (blocks > 0x7fffffff) throw std::runtime_error(std::string("linrec: ") + name + " needs more than 2^31-1 blocks");
+    packed_kernel<T, C, kBackward>()<<<static_cast<unsigned>(blocks), C.threads_per_block, 0, stream>>>(p);
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) throw std::runtime_error(std::string("linrec: ") + name + " failed: " + cudaGetErrorString(err));
+  }, name);
+}
+
+template <typename T, bool kBackward>
+cudaFuncAttributes packed_func_attrs(const TileConfig& config) {
+  cudaFuncAttributes attrs{};
+  dispatch_config<PACKED_CONFIG_LIST>(config, [&]<TileConfig C>() {
+    const cudaError_t err = cudaFuncGetAttributes(&attrs, packed_kernel<T, C, kBackward>());
+    if (err != cudaSuccess) throw std::runtime_error(std::string("linrec: cudaFuncGetAttributes: ") + cudaGetErrorString(err));
+  }, kBackward ? "linrec_packed_bwd" : "linrec_packed_fwd");
+  return attrs;
+}
+
+#define LINREC_INSTANTIATE_PACKED(T)                                                                          \
+  template void launch_packed<T, false, ForwardParams>(const ForwardParams&, const TileConfig&, cudaStream_t); \
+  template void launch_packed<T, true, BackwardParams>(const BackwardParams&, const TileConfig&, cudaStream_t); \
+  template cudaFuncAttributes packed_func_attrs<T, false>(const TileConfig&);                                   \
+  template cudaFuncAttributes packed_func_attrs<T, true>(const TileConfig&);
+
+}  // namespace linrec
