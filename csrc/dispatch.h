@@ -90,9 +90,11 @@ inline KernelChoice select_config(int64_t seq_len, int64_t num_seqs, bool unit_e
   constexpr AlgoCode kFull = AlgoCode::kBlock;
   // Sequences strided along their length (channel-last data scanned over T):
   // lanes on neighbouring channels, time cut into chunks chained by look-back.
-  if (!unit_elem_stride)
-    return {KernelKind::kStrided, seq_len < 256 ? TileConfig{8, 128, MemCode::kDirect, kFull}
-                                                : TileConfig{16, 256, MemCode::kDirect, kFull}};
+  // H100, (4096, 16384) over dim 0: 16x256 leads the forward, 16x128 the backward.
+  if (!unit_elem_stride) {
+    if (seq_len < 256) return {KernelKind::kStrided, {8, 128, MemCode::kDirect, kFull}};
+    return {KernelKind::kStrided, {16, backward ? 128 : 256, MemCode::kDirect, kFull}};
+  }
   // Fewer sequences than the GPU has room for blocks (one block per sequence
   // would leave SMs idle), each several tiles long: a block per tile. The
   // largest tile wins on the H100 (1 x 2^24 and 4 x 2^22, fp32): the look-back
@@ -104,9 +106,10 @@ inline KernelChoice select_config(int64_t seq_len, int64_t num_seqs, bool unit_e
   // per sequence while it fits, with as few idle threads as the compiled configs
   // allow; past that, pipe 4x256 leads the forward (0.99-1.00 of copy from 2048
   // to 16384) and pipe 16x64 the backward (0.94-0.95).
-  // Short sequences, several to a warp.
-  if (seq_len <= 32 * 4) return {KernelKind::kPacked, {4, 256, MemCode::kVector, kFull}};
-  if (seq_len <= 4 * 64) return {KernelKind::kTile, {4, 64, MemCode::kVector, kFull}};
+  // Short sequences, several to a warp: packed 8x128 leads from 32 to 256
+  // (fwd and bwd), 4x128 at 16.
+  if (seq_len <= 16) return {KernelKind::kPacked, {4, 128, MemCode::kVector, kFull}};
+  if (seq_len <= 32 * 8) return {KernelKind::kPacked, {8, 128, MemCode::kVector, kFull}};
   if (!backward) {
     if (seq_len <= 8 * 64) return {KernelKind::kTile, {8, 64, MemCode::kVector, kFull}};
     return {KernelKind::kPipe, {4, 256, MemCode::kVector, kFull}};
