@@ -32,7 +32,7 @@ struct SeqIndexer {
 LINREC_UNROLL
     for (int t = 0; t < kTensors; ++t) out[t] = 0;
 LINREC_UNROLL
-    for (int k = kMaxSeqDims - 1; k >= 1; --k) {
+    for (int k = kMaxSeqDims - 1; k >= 0; --k) {
       if (k < num_dims) {
         const int64_t i = n % sizes[k];
         n /= sizes[k];
@@ -40,10 +40,6 @@ LINREC_UNROLL
         for (int t = 0; t < kTensors; ++t) out[t] += i * seq_strides[t][k];
       }
     }
-    // What is left indexes the outermost dim (n < sizes[0]): no division, so a
-    // layout merged into one dim costs a multiply per tensor.
-LINREC_UNROLL
-    for (int t = 0; t < kTensors; ++t) out[t] += n * seq_strides[t][0];
   }
 };
 
