@@ -85,14 +85,42 @@ struct KernelChoice {
   TileConfig config;
 };
 
-inline KernelChoice select_config(int64_t seq_len, int64_t num_seqs, bool unit_elem_stride, bool backward,
-                                  int sm_count) {
+// One tile per sequence while it fits, with as few idle threads as the compiled
+// configs allow; then pipe. H100, 13200 sequences, device time (python -m
+// linrec.tune), float32 and bfloat16 storage each. Float64 takes the float32 rule.
+inline KernelChoice select_one_block_per_seq(int64_t seq_len, bool backward, bool storage_16bit) {
+  constexpr MemCode kVec = MemCode::kVector;
   constexpr AlgoCode kFull = AlgoCode::kBlock;
+  if (storage_16bit) {
+    // bf16: tiles lead up to 4096 (0.87-0.89 of copy forward); pipe 16x64 past it.
+    if (seq_len <= 8 * 64) return {KernelKind::kTile, {8, 64, kVec, kFull}};
+    if (seq_len <= 16 * 64) return {KernelKind::kTile, {16, 64, kVec, kFull}};
+    if (seq_len <= 8 * 256) return {KernelKind::kTile, {8, 256, kVec, kFull}};
+    if (!backward && seq_len <= 16 * 256) return {KernelKind::kTile, {16, 256, kVec, kFull}};
+    return {KernelKind::kPipe, {16, 64, kVec, kFull}};
+  }
+  // fp32: pipe 4x256 leads the forward past 512 (0.99-1.00 of copy from 2048 to
+  // 16384), pipe 16x64 the backward past 4096 (0.94-0.95).
+  if (!backward) {
+    if (seq_len <= 8 * 64) return {KernelKind::kTile, {8, 64, kVec, kFull}};
+    return {KernelKind::kPipe, {4, 256, kVec, kFull}};
+  }
+  if (seq_len <= 16 * 64) return {KernelKind::kTile, {16, 64, kVec, kFull}};
+  if (seq_len <= 8 * 256) return {KernelKind::kTile, {8, 256, kVec, kFull}};
+  if (seq_len <= 16 * 256) return {KernelKind::kTile, {16, 256, kVec, kFull}};
+  return {KernelKind::kPipe, {16, 64, kVec, kFull}};
+}
+
+inline KernelChoice select_config(int64_t seq_len, int64_t num_seqs, bool unit_elem_stride, bool backward,
+                                  int elem_bytes, int sm_count) {
+  constexpr AlgoCode kFull = AlgoCode::kBlock;
+  const bool storage_16bit = elem_bytes == 2;
   // Sequences strided along their length (channel-last data scanned over T):
   // lanes on neighbouring channels, time cut into chunks chained by look-back.
-  // H100, (4096, 16384) over dim 0: 16x256 leads the forward, 16x128 the backward.
+  // H100, (4096, 16384) over dim 0: fp32 16x256 forward, 16x128 backward; bf16 8x256.
   if (!unit_elem_stride) {
     if (seq_len < 256) return {KernelKind::kStrided, {8, 128, MemCode::kDirect, kFull}};
+    if (storage_16bit) return {KernelKind::kStrided, {8, 256, MemCode::kDirect, kFull}};
     return {KernelKind::kStrided, {16, backward ? 128 : 256, MemCode::kDirect, kFull}};
   }
   // Fewer sequences than the GPU has room for blocks (one block per sequence
@@ -102,22 +130,11 @@ inline KernelChoice select_config(int64_t seq_len, int64_t num_seqs, bool unit_e
   const TileConfig widest{16, 256, MemCode::kVector, kFull};
   if (num_seqs < 2 * static_cast<int64_t>(sm_count) && seq_len >= 4 * widest.tile_len())
     return {KernelKind::kChained, widest};
-  // H100, fp32, 13200 sequences (device time, python -m linrec.tune): one tile
-  // per sequence while it fits, with as few idle threads as the compiled configs
-  // allow; past that, pipe 4x256 leads the forward (0.99-1.00 of copy from 2048
-  // to 16384) and pipe 16x64 the backward (0.94-0.95).
   // Short sequences, several to a warp: packed 8x128 leads from 32 to 256
-  // (fwd and bwd), 4x128 at 16.
+  // (fp32, fwd and bwd), 4x128 at 16.
   if (seq_len <= 16) return {KernelKind::kPacked, {4, 128, MemCode::kVector, kFull}};
   if (seq_len <= 32 * 8) return {KernelKind::kPacked, {8, 128, MemCode::kVector, kFull}};
-  if (!backward) {
-    if (seq_len <= 8 * 64) return {KernelKind::kTile, {8, 64, MemCode::kVector, kFull}};
-    return {KernelKind::kPipe, {4, 256, MemCode::kVector, kFull}};
-  }
-  if (seq_len <= 16 * 64) return {KernelKind::kTile, {16, 64, MemCode::kVector, kFull}};
-  if (seq_len <= 8 * 256) return {KernelKind::kTile, {8, 256, MemCode::kVector, kFull}};
-  if (seq_len <= 16 * 256) return {KernelKind::kTile, widest};
-  return {KernelKind::kPipe, {16, 64, MemCode::kVector, kFull}};
+  return select_one_block_per_seq(seq_len, backward, storage_16bit);
 }
 
 }  // namespace linrec

@@ -130,13 +130,15 @@ struct LaunchChoice {
 
 LaunchChoice choose(int64_t kernel, int64_t elems_per_thread, int64_t threads_per_block, int64_t memcode,
                     int64_t algocode, int64_t seq_len, int64_t num_seqs, bool unit_elem_stride, bool backward,
-                    int device) {
+                    DType dtype, int device) {
   STD_TORCH_CHECK(kernel >= 0 && kernel <= 6,
                   "linrec: kernel must be 0 (auto), 1 (ref), 2 (tile), 3 (pipe), 4 (chained), 5 (strided) or 6 "
                   "(packed), got ", kernel);
   const auto kind = static_cast<KernelKind>(kernel);
   if (kind == KernelKind::kAuto) {
-    const KernelChoice c = select_config(seq_len, num_seqs, unit_elem_stride, backward, cuda_sm_count(device));
+    const int elem_bytes = dtype == DType::kFloat64 ? 8 : dtype == DType::kFloat32 ? 4 : 2;
+    const KernelChoice c =
+        select_config(seq_len, num_seqs, unit_elem_stride, backward, elem_bytes, cuda_sm_count(device));
     return {c.kind, c.config};
   }
   STD_TORCH_CHECK(memcode >= 0 && memcode <= 2, "linrec: memcode must be 0, 1 or 2, got ", memcode);
@@ -203,7 +205,7 @@ Tensor linrec_fwd(Tensor inputs, Tensor coeffs, std::optional<Tensor> initial, i
   torch::stable::accelerator::DeviceGuard guard(inputs.get_device_index());
   const bool unit = p.index.elem_strides[kFwdInputs] == 1 && p.index.elem_strides[kFwdOutputs] == 1;
   const LaunchChoice c = choose(kernel, elems_per_thread, threads_per_block, memcode, algocode, p.seq_len,
-                                p.num_seqs, unit, false, inputs.get_device_index());
+                                p.num_seqs, unit, false, dtype, inputs.get_device_index());
   const std::optional<Tensor> workspace = chain_workspace(inputs, dtype, c, p.num_seqs, p.seq_len);
   if (workspace) p.chain_workspace = workspace->mutable_data_ptr();
   cuda_fwd(p, dtype, c.kind, c.config, current_stream(inputs));
@@ -262,7 +264,7 @@ std::tuple<Tensor, Tensor, Tensor> linrec_bwd(Tensor d_outputs, Tensor coeffs, T
   const auto& es = p.index.elem_strides;
   const bool unit = es[kBwdDOutputs] == 1 && es[kBwdDInputs] == 1;
   const LaunchChoice c = choose(kernel, elems_per_thread, threads_per_block, memcode, algocode, p.seq_len,
-                                p.num_seqs, unit, true, d_outputs.get_device_index());
+                                p.num_seqs, unit, true, dtype, d_outputs.get_device_index());
   const std::optional<Tensor> workspace = chain_workspace(d_outputs, dtype, c, p.num_seqs, p.seq_len);
   if (workspace) p.chain_workspace = workspace->mutable_data_ptr();
   cuda_bwd(p, dtype, c.kind, c.config, current_stream(d_outputs));
