@@ -55,6 +55,14 @@ def _check_config(kernel, inputs, dim, elems_per_thread, threads_per_block, memc
         )
 
 
+def _run_config(kernel, kernel_id, inputs, coeffs, reverse, dim, initial, config):
+    """Check the arguments and the config, then run one compiled kernel with it."""
+    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim)
+    _check_cuda(inputs)
+    _check_config(kernel, inputs, dim, *config)
+    return call_compiled(inputs, coeffs, initial, dim, reverse, kernel_id, *config)
+
+
 def linrec_ref(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
     inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim)
     _check_cuda(inputs)
@@ -63,49 +71,34 @@ def linrec_ref(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
 
 def linrec_tile(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems_per_thread=16,
                 threads_per_block=256, memcode=1, algocode=3):
-    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim)
-    _check_cuda(inputs)
-    _check_config("tile", inputs, dim, elems_per_thread, threads_per_block, memcode, algocode)
-    return call_compiled(inputs, coeffs, initial, dim, reverse, KERNEL_TILE, elems_per_thread,
-                         threads_per_block, memcode, algocode)
+    return _run_config("tile", KERNEL_TILE, inputs, coeffs, reverse, dim, initial,
+                       (elems_per_thread, threads_per_block, memcode, algocode))
 
 
 def linrec_pipe(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems_per_thread=8,
                 threads_per_block=256, memcode=1, algocode=3):
-    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim)
-    _check_cuda(inputs)
-    _check_config("pipe", inputs, dim, elems_per_thread, threads_per_block, memcode, algocode)
-    return call_compiled(inputs, coeffs, initial, dim, reverse, KERNEL_PIPE, elems_per_thread,
-                         threads_per_block, memcode, algocode)
+    return _run_config("pipe", KERNEL_PIPE, inputs, coeffs, reverse, dim, initial,
+                       (elems_per_thread, threads_per_block, memcode, algocode))
 
 
 def linrec_chained(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems_per_thread=8,
                    threads_per_block=64, memcode=1, algocode=3):
     """One block per tile; the scan always runs in full (algocode is ignored beyond the config lookup)."""
-    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim)
-    _check_cuda(inputs)
-    _check_config("chained", inputs, dim, elems_per_thread, threads_per_block, memcode, algocode)
-    return call_compiled(inputs, coeffs, initial, dim, reverse, KERNEL_CHAINED, elems_per_thread,
-                         threads_per_block, memcode, algocode)
+    return _run_config("chained", KERNEL_CHAINED, inputs, coeffs, reverse, dim, initial,
+                       (elems_per_thread, threads_per_block, memcode, algocode))
 
 
 def linrec_strided(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems_per_thread=16,
                    threads_per_block=256, memcode=0, algocode=3):
     """Lanes across 32 sequences, elems_per_thread steps per thread, threads_per_block / 32 warps
     splitting a chunk of time; see linrec.compiled_configs("strided")."""
-    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim)
-    _check_cuda(inputs)
-    _check_config("strided", inputs, dim, elems_per_thread, threads_per_block, memcode, algocode)
-    return call_compiled(inputs, coeffs, initial, dim, reverse, KERNEL_STRIDED, elems_per_thread,
-                         threads_per_block, memcode, algocode)
+    return _run_config("strided", KERNEL_STRIDED, inputs, coeffs, reverse, dim, initial,
+                       (elems_per_thread, threads_per_block, memcode, algocode))
 
 
 def linrec_packed(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems_per_thread=4,
                   threads_per_block=256, memcode=1, algocode=3):
     """Sequences of at most 32 * elems_per_thread elements, several to a warp; see
     linrec.compiled_configs("packed")."""
-    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim)
-    _check_cuda(inputs)
-    _check_config("packed", inputs, dim, elems_per_thread, threads_per_block, memcode, algocode)
-    return call_compiled(inputs, coeffs, initial, dim, reverse, KERNEL_PACKED, elems_per_thread,
-                         threads_per_block, memcode, algocode)
+    return _run_config("packed", KERNEL_PACKED, inputs, coeffs, reverse, dim, initial,
+                       (elems_per_thread, threads_per_block, memcode, algocode))
