@@ -5,10 +5,10 @@
 // Each block scans one tile of a sequence. As soon as it knows its tile's total
 // transform it publishes it (kAggregate); once it knows the state before the
 // tile it publishes the state after it (kInclusive). To find its entering state,
-// warp 0 reads the statuses of the 32 * kLookBackPerLane nearest predecessors at
-// once, composes the transforms up to the nearest inclusive one, and moves on by
-// that window if none is inclusive yet. Tile numbers come from an atomic counter in launch order, so a
-// block waits only on blocks that already started: no deadlock.
+// warp 0 reads the statuses of its 32 nearest predecessors at once, composes
+// the transforms up to the nearest inclusive one, and moves on by that window
+// if none is inclusive yet. Tile numbers come from an atomic counter in launch
+// order, so a block waits only on blocks that already started: no deadlock.
 #pragma once
 #include <cstdint>
 
@@ -18,11 +18,34 @@ namespace linrec {
 
 enum TileFlag : int { kNotReady = 0, kAggregate = 1, kInclusive = 2 };
 
-// One per tile, zeroed before the launch. The aggregate and the inclusive value
-// have their own fields, so a reader that saw kAggregate never reads a value
-// that was overwritten after it.
+// What a reader learns from one status: the flag and a transform s -> c * s + y
+// (for kInclusive the constant transform: c = 0, y = the state after the tile).
 template <typename Acc>
-struct TileStatus {
+struct StatusValue {
+  int flag;
+  Acc y, c;
+};
+
+// One status per tile, zeroed before the launch. With a 4-byte accumulator the
+// flag and the transform share one 16-byte word, written and read by single
+// vector accesses (as CUB's tile descriptors do): a reader that sees the flag
+// sees its values, so neither side needs a memory fence, and each fence is a
+// round trip to L2 on the path every later tile waits on. Wider accumulators
+// (float64) keep the aggregate and the inclusive value in their own fields,
+// ordered by fences, so a reader that saw kAggregate never reads a value that
+// was overwritten after it.
+template <typename Acc, bool kOneWord = sizeof(Acc) == 4>
+struct TileStatus;
+
+template <typename Acc>
+struct alignas(16) TileStatus<Acc, true> {
+  int flag;
+  Acc y, c;
+  int unused;
+};
+
+template <typename Acc>
+struct TileStatus<Acc, false> {
   int flag;
   Acc aggregate_y, aggregate_c, inclusive;
 };
@@ -51,47 +74,70 @@ __device__ __forceinline__ int64_t next_tile_number(void* workspace) {
   return static_cast<int64_t>(number);
 }
 
+// Publishes (flag, y, c); for kInclusive, y is the state after the tile.
 template <typename Acc>
 __device__ __forceinline__ void publish(TileStatus<Acc>* status, TileFlag flag, Acc y, Acc c) {
-  if (flag == kAggregate) {
-    status->aggregate_y = y;
-    status->aggregate_c = c;
+  if constexpr (sizeof(Acc) == 4) {
+    const int word[4] = {static_cast<int>(flag), __float_as_int(y), __float_as_int(c), 0};
+    asm volatile("st.relaxed.gpu.global.v4.s32 [%0], {%1, %2, %3, %4};" ::"l"(status), "r"(word[0]),
+                 "r"(word[1]), "r"(word[2]), "r"(word[3])
+                 : "memory");
   } else {
-    status->inclusive = y;
+    if (flag == kAggregate) {
+      status->aggregate_y = y;
+      status->aggregate_c = c;
+    } else {
+      status->inclusive = y;
+    }
+    __threadfence();  // the values become visible before the flag
+    atomicExch(&status->flag, static_cast<int>(flag));
   }
-  __threadfence();  // the values become visible before the flag
-  atomicExch(&status->flag, static_cast<int>(flag));
 }
 
-// Predecessors each lane reads per look-back step: the warp covers a window of
-// 32 * kLookBackPerLane tiles per round trip to L2. Wider windows reach the
-// last finished tile in fewer round trips, but every waiting warp then polls
-// that many more flags: on an H100 (1 x 2^24, fp32, 16x256 tiles) 8 per lane
-// ran the forward at 626-808 GB/s against 1554 GB/s at 1.
-constexpr int kLookBackPerLane = 1;
-
-__device__ __forceinline__ int load_flag(const void* status) {
-  return *static_cast<const volatile int*>(status);
+// One read of a status; its flag may still be kNotReady.
+template <typename Acc>
+__device__ __forceinline__ StatusValue<Acc> read_status(const TileStatus<Acc>* status) {
+  if constexpr (sizeof(Acc) == 4) {
+    int flag, y, c, unused;
+    asm volatile("ld.relaxed.gpu.global.v4.s32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(flag), "=r"(y), "=r"(c), "=r"(unused)
+                 : "l"(status)
+                 : "memory");
+    return {flag, __int_as_float(y), __int_as_float(c)};
+  } else {
+    const volatile TileStatus<Acc>* s = status;
+    const int flag = s->flag;
+    if (flag == kNotReady) return {flag, Acc(0), Acc(1)};
+    __threadfence();  // the values are read after the flag
+    if (flag == kInclusive) return {flag, s->inclusive, Acc(0)};
+    return {flag, s->aggregate_y, s->aggregate_c};
+  }
 }
 
-// The flag of a status once it is ready. Waiting readers back off (sleeping
-// 32 ns, doubling up to 1 us) so their polling leaves L2 to the tiles' loads.
-__device__ __forceinline__ int wait_flag(const void* status) {
-  int flag = load_flag(status);
-  for (unsigned ns = 32; flag == kNotReady; ns = ns < 1024 ? 2 * ns : ns) {
+// A status once it is ready. Waiting readers back off (sleeping 32 ns, doubling
+// up to kMaxBackoffNs) so their polling leaves L2 to the tiles' loads; the cap
+// bounds how late a waiter notices the status it waits for.
+constexpr unsigned kMaxBackoffNs = 256;
+
+template <typename Acc>
+__device__ __forceinline__ StatusValue<Acc> wait_status(const TileStatus<Acc>* status) {
+  StatusValue<Acc> v = read_status(status);
+  for (unsigned ns = 32; v.flag == kNotReady; ns = ns < kMaxBackoffNs ? 2 * ns : ns) {
     __nanosleep(ns);
-    flag = load_flag(status);
+    v = read_status(status);
   }
-  return flag;
+  return v;
 }
 
 // The state before tile k of a sequence whose tiles' statuses are `statuses`,
 // given this tile's total transform (total_y, total_c) and the state before the
 // sequence. Called by all 32 lanes of one warp; publishes this tile's statuses.
+// Lane L reads predecessor end - L of the current window; lanes past the
+// nearest inclusive status need not wait for theirs. (A window of 8 statuses a
+// lane was measured slower on the H100: every waiting warp polls 8x the flags.)
 template <typename Acc>
 __device__ __forceinline__ Acc look_back(TileStatus<Acc>* statuses, int64_t k, Acc total_y, Acc total_c,
                                          Acc initial) {
-  constexpr int P = kLookBackPerLane;
   const int lane = threadIdx.x % kWarpSize;
   if (k == 0) {
     if (lane == 0) publish(&statuses[0], kInclusive, total_c * initial + total_y, Acc(0));
@@ -100,50 +146,16 @@ __device__ __forceinline__ Acc look_back(TileStatus<Acc>* statuses, int64_t k, A
   if (lane == 0) publish(&statuses[k], kAggregate, total_y, total_c);
   // Transform of the tiles between the current window and k: s -> known_c * s + known_y.
   Acc known_y = Acc(0), known_c = Acc(1);
-  for (int64_t end = k - 1;; end -= kWarpSize * P) {
-    // Lane L reads predecessors end - L*P - j, j = 0 .. P-1, nearest first; all loads in flight at once.
-    int flags[P];
-#pragma unroll
-    for (int j = 0; j < P; ++j) {
-      const int64_t p = end - lane * P - j;
-      flags[j] = p >= 0 ? load_flag(&statuses[p]) : int(kInclusive);
-    }
-#pragma unroll
-    for (int j = 0; j < P; ++j) {
-      const int64_t p = end - lane * P - j;
-      if (flags[j] == kNotReady) flags[j] = wait_flag(&statuses[p]);
-    }
-    __threadfence();
-    // All fields of all P statuses are read before any is used, so the loads overlap.
-    Acc inclusive_y[P], aggregate_y[P], aggregate_c[P];
-#pragma unroll
-    for (int j = 0; j < P; ++j) {
-      const int64_t p = end - lane * P - j;
-      const volatile TileStatus<Acc>* s = &statuses[p >= 0 ? p : 0];
-      inclusive_y[j] = s->inclusive;
-      aggregate_y[j] = s->aggregate_y;
-      aggregate_c[j] = s->aggregate_c;
-    }
-    // This lane's transform, its statuses composed nearest (outer) to farthest, up to an inclusive one.
-    // Before tile 0 lies nothing; tile 0 is always inclusive, so the walk stops there.
-    Acc y = Acc(0), c = Acc(1);
-    bool reached_inclusive = false;
-#pragma unroll
-    for (int j = 0; j < P; ++j) {
-      if (reached_inclusive) continue;
-      reached_inclusive = flags[j] == kInclusive;
-      // An inclusive status is the constant transform s -> 0 * s + inclusive.
-      const Acc sy = reached_inclusive ? inclusive_y[j] : aggregate_y[j];
-      const Acc sc = reached_inclusive ? Acc(0) : aggregate_c[j];
-      y = c * sy + y;
-      c = c * sc;
-    }
-    const unsigned inclusive = __ballot_sync(kFullMask, reached_inclusive);
+  for (int64_t end = k - 1;; end -= kWarpSize) {
+    // Tile 0 is always inclusive, so lanes before it are never composed.
+    const int64_t p = end - lane;
+    StatusValue<Acc> s = p >= 0 ? read_status(&statuses[p]) : StatusValue<Acc>{kInclusive, Acc(0), Acc(0)};
+    const unsigned seen = __ballot_sync(kFullMask, s.flag == kInclusive);
+    const int bound = seen ? __ffs(seen) - 1 : kWarpSize - 1;
+    if (s.flag == kNotReady && lane < bound) s = wait_status(&statuses[p]);
+    const unsigned inclusive = __ballot_sync(kFullMask, s.flag == kInclusive);
     const int last = inclusive ? __ffs(inclusive) - 1 : kWarpSize - 1;  // the nearest lane with an inclusive
-    if (lane > last) {
-      y = Acc(0);
-      c = Acc(1);
-    }
+    Acc y = lane <= last ? s.y : Acc(0), c = lane <= last ? s.c : Acc(1);
     // Compose lane 0 (outermost, nearest) ... lane `last` (innermost): (outer o inner)(s) = outer(inner(s)).
 #pragma unroll
     for (int delta = 1; delta < kWarpSize; delta *= 2) {
@@ -176,24 +188,20 @@ __device__ __forceinline__ Acc look_back_thread(TileStatus<Acc>* statuses, int64
     return initial;
   }
   // Chunks are numbered chunk-major, so the predecessor has usually finished:
-  // then this chunk publishes its inclusive status only, one fence instead of two.
-  int flag = load_flag(&statuses[(k - 1) * stride]);
-  if (flag != kInclusive) publish(&statuses[k * stride], kAggregate, total_y, total_c);
+  // then this chunk publishes its inclusive status only.
+  StatusValue<Acc> s = read_status(&statuses[(k - 1) * stride]);
+  if (s.flag != kInclusive) publish(&statuses[k * stride], kAggregate, total_y, total_c);
   Acc known_y = Acc(0), known_c = Acc(1);  // the chunks between p and k: s -> known_c * s + known_y
-  Acc state;
   for (int64_t p = k - 1;; --p) {
-    if (p != k - 1 || flag == kNotReady) flag = wait_flag(&statuses[p * stride]);
-    __threadfence();
-    const volatile TileStatus<Acc>* s = &statuses[p * stride];
-    if (flag == kInclusive) {
-      state = known_c * s->inclusive + known_y;
-      break;
-    }
-    known_y = known_c * s->aggregate_y + known_y;
-    known_c = known_c * s->aggregate_c;
+    if (p != k - 1) s = read_status(&statuses[p * stride]);
+    if (s.flag == kNotReady) s = wait_status(&statuses[p * stride]);
+    known_y = known_c * s.y + known_y;
+    known_c = known_c * s.c;
+    if (s.flag == kInclusive) break;
   }
-  publish(&statuses[k * stride], kInclusive, total_c * state + total_y, Acc(0));
-  return state;
+  // known_c is now 0: the state is known_y.
+  publish(&statuses[k * stride], kInclusive, total_c * known_y + total_y, Acc(0));
+  return known_y;
 }
 
 }  // namespace linrec

@@ -81,9 +81,14 @@ def main(argv=None):
     parser.add_argument("--seqs", type=int, default=None, help="sequences per length (default: fill --max-elems)")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--json", default="tune.json")
+    parser.add_argument("--all", action="store_true", help="also print every run, not only the best per length")
     args = parser.parse_args(argv)
     rows = tune(args.kernels, args.lengths, getattr(torch, args.dtype), args.max_elems, args.reps, args.seqs)
     print(f"device: {torch.cuda.get_device_name()}, dtype {args.dtype}")
+    if args.all:
+        print("kernel    length    seqs  fwd GB/s  bwd GB/s  config (E, T, memcode, algocode)")
+        for r in rows:
+            print(f"{r['kernel']:<8} {r['length']:>8} {r['seqs']:>6} {r['fwd_gbs']:>9.0f} {r['bwd_gbs']:>9.0f}  {r['config']}")
     for kernel in args.kernels:
         for key in ("fwd", "bwd"):
             print(f"\nbest linrec_{kernel} {key}: length, GB/s, config (E, T, memcode, algocode)")
