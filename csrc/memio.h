@@ -166,6 +166,60 @@ __device__ __forceinline__ void store_tile(T* seq, int64_t stride, const Acc (&s
   }
 }
 
+// A tile loaded ahead of its scan (the pipe and chained schedules). Vector and
+// direct loads stay in the storage type until `take` converts them: a 16-bit
+// tile then holds half the registers, and no conversion waits on a load still
+// in flight (converted at the load, a prefetched bf16 tile stalls right where
+// it is issued). The coalesced strategy converts as it stages, so it holds Acc.
+template <MemCode M, int E, typename T, typename Acc>
+struct PrefetchedTile {
+  static constexpr bool kRaw = M != MemCode::kCoalesced;
+  using Vec = typename VecOf<vec_bytes<T, E>()>::type;
+  static constexpr int kPerVec = static_cast<int>(sizeof(Vec) / sizeof(T));
+  static constexpr int kVecs = kRaw ? E / kPerVec : 1;
+  Vec raw[kVecs];
+  Acc converted[kRaw ? 1 : E];
+
+  __device__ __forceinline__ void load(const T* seq, int64_t stride, int64_t tile_start, int64_t len, Acc fill,
+                                       Acc* smem) {
+    if constexpr (!kRaw) {
+      load_tile<M>(converted, seq, stride, tile_start, len, fill, smem);
+    } else {
+      const int64_t first = tile_start + static_cast<int64_t>(threadIdx.x) * E;
+      if (M == MemCode::kVector && vector_ok<E>(seq, stride, first, len)) {
+        const Vec* src = reinterpret_cast<const Vec*>(seq + first);
+#pragma unroll
+        for (int v = 0; v < kVecs; ++v) raw[v] = src[v];
+      } else {
+        const T fill_t = from_acc<T>(fill);
+#pragma unroll
+        for (int v = 0; v < kVecs; ++v) {
+          T* elems = reinterpret_cast<T*>(&raw[v]);
+#pragma unroll
+          for (int i = 0; i < kPerVec; ++i) {
+            const int64_t pos = first + v * kPerVec + i;
+            elems[i] = pos < len ? seq[pos * stride] : fill_t;
+          }
+        }
+      }
+    }
+  }
+
+  __device__ __forceinline__ void take(Acc (&dst)[E]) const {
+    if constexpr (!kRaw) {
+#pragma unroll
+      for (int i = 0; i < E; ++i) dst[i] = converted[i];
+    } else {
+#pragma unroll
+      for (int v = 0; v < kVecs; ++v) {
+        const T* elems = reinterpret_cast<const T*>(&raw[v]);
+#pragma unroll
+        for (int i = 0; i < kPerVec; ++i) dst[v * kPerVec + i] = to_acc<Acc>(elems[i]);
+      }
+    }
+  }
+};
+
 // Moves the values in v (this thread's tile elements, at first + i, as loaded
 // by load_tile) one position in place: v[i] becomes the sequence's value one
 // position after (from_next) or before it, and `fill` where that position lies

@@ -96,6 +96,23 @@ def test_every_config(kernel, config, dtype, reverse):
     check_fwd_bwd(lambda *a, **k: fn(*a, **k, **config_kwargs(config)), x, c, h0, reverse)
 
 
+@pytest.mark.parametrize("config", [(4, 64, 1, 3), (16, 256, 1, 3)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_chained_blocks_cross_sequences(config, dtype, reverse):
+    """More tiles than the persistent grid has blocks: each block scans many tiles,
+    of several sequences, with a partial last tile and a strided (non-contiguous) view."""
+    from linrec.impl import cuda
+
+    length = config[0] * config[1] + 7  # two tiles, the second partial
+    seqs = 3_000_000 // length  # more tiles than fit on an H100 at once
+    x, c = inputs((seqs, 2 * length), dtype)
+    x, c = x[:, ::2], c[:, 1::2]
+    h0 = torch.randn(seqs, device="cuda").to(dtype)
+    fn = cuda.linrec_chained
+    check_fwd_bwd(lambda *a, **k: fn(*a, **k, **config_kwargs(config)), x, c, h0, reverse)
+
+
 @pytest.mark.parametrize("config", STRIDED_CONFIGS, ids=[str(c) for c in STRIDED_CONFIGS])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("reverse", [False, True])

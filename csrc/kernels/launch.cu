@@ -1,11 +1,12 @@
 // CUDA entry points: runtime dtype and kernel kind -> the templates that
-// implement them. Tile and pipe instantiations come from kernels/instances/.
+// implement them. Their instantiations come from kernels/instances/.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <stdexcept>
 
+#include "chained.cuh"
 #include "launch.h"
 #include "packed.cuh"
 #include "ref.cuh"
@@ -24,8 +25,14 @@ namespace linrec {
   extern template cudaFuncAttributes tiled_func_attrs<T, S, true>(const TileConfig&);
 #define LINREC_DECLARE_TILED(T)                   \
   LINREC_DECLARE_SCHEDULE(T, Schedule::kOneTile)  \
-  LINREC_DECLARE_SCHEDULE(T, Schedule::kPipe)     \
-  LINREC_DECLARE_SCHEDULE(T, Schedule::kChained)
+  LINREC_DECLARE_SCHEDULE(T, Schedule::kPipe)
+#define LINREC_DECLARE_CHAINED(T)                                                                             \
+  extern template void launch_chained<T, false, ForwardParams>(const ForwardParams&, const TileConfig&,        \
+                                                               cudaStream_t);                                  \
+  extern template void launch_chained<T, true, BackwardParams>(const BackwardParams&, const TileConfig&,       \
+                                                              cudaStream_t);                                   \
+  extern template cudaFuncAttributes chained_func_attrs<T, false>(const TileConfig&);                          \
+  extern template cudaFuncAttributes chained_func_attrs<T, true>(const TileConfig&);
 #define LINREC_DECLARE_STRIDED(T)                                                                             \
   extern template void launch_strided<T, false, ForwardParams>(const ForwardParams&, const TileConfig&,        \
                                                                cudaStream_t);                                  \
@@ -40,7 +47,8 @@ namespace linrec {
                                                              cudaStream_t);                                    \
   extern template cudaFuncAttributes packed_func_attrs<T, false>(const TileConfig&);                           \
   extern template cudaFuncAttributes packed_func_attrs<T, true>(const TileConfig&);
-#define LINREC_DECLARE_ALL(T) LINREC_DECLARE_TILED(T) LINREC_DECLARE_STRIDED(T) LINREC_DECLARE_PACKED(T)
+#define LINREC_DECLARE_ALL(T) \
+  LINREC_DECLARE_TILED(T) LINREC_DECLARE_CHAINED(T) LINREC_DECLARE_STRIDED(T) LINREC_DECLARE_PACKED(T)
 LINREC_DECLARE_ALL(float)
 LINREC_DECLARE_ALL(double)
 LINREC_DECLARE_ALL(__half)
@@ -70,7 +78,7 @@ void launch(const Params& p, DType dtype, KernelKind kind, const TileConfig& con
       }
       case KernelKind::kTile: return launch_tiled<T, Schedule::kOneTile, kBackward>(p, config, stream);
       case KernelKind::kPipe: return launch_tiled<T, Schedule::kPipe, kBackward>(p, config, stream);
-      case KernelKind::kChained: return launch_tiled<T, Schedule::kChained, kBackward>(p, config, stream);
+      case KernelKind::kChained: return launch_chained<T, kBackward>(p, config, stream);
       case KernelKind::kStrided: return launch_strided<T, kBackward>(p, config, stream);
       case KernelKind::kPacked: return launch_packed<T, kBackward>(p, config, stream);
       case KernelKind::kAuto: break;
@@ -120,7 +128,9 @@ FuncAttrs cuda_func_attrs(DType dtype, KernelKind kind, bool backward, const Til
         break;
       case KernelKind::kTile: a = attrs_of<T, Schedule::kOneTile>(backward, config); break;
       case KernelKind::kPipe: a = attrs_of<T, Schedule::kPipe>(backward, config); break;
-      case KernelKind::kChained: a = attrs_of<T, Schedule::kChained>(backward, config); break;
+      case KernelKind::kChained:
+        a = backward ? chained_func_attrs<T, true>(config) : chained_func_attrs<T, false>(config);
+        break;
       case KernelKind::kStrided:
         a = backward ? strided_func_attrs<T, true>(config) : strided_func_attrs<T, false>(config);
         break;

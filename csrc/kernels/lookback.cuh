@@ -26,22 +26,21 @@ struct StatusValue {
   Acc y, c;
 };
 
-// One status per tile, zeroed before the launch. With a 4-byte accumulator the
-// flag and the transform share one 16-byte word, written and read by single
-// vector accesses (as CUB's tile descriptors do): a reader that sees the flag
-// sees its values, so neither side needs a memory fence, and each fence is a
-// round trip to L2 on the path every later tile waits on. Wider accumulators
-// (float64) keep the aggregate and the inclusive value in their own fields,
-// ordered by fences, so a reader that saw kAggregate never reads a value that
-// was overwritten after it.
-template <typename Acc, bool kOneWord = sizeof(Acc) == 4>
+// One status per tile, zeroed before the launch. With a 4-byte accumulator a
+// status is two 8-byte words, (flag, y) and (flag, c), each written and read
+// whole (8-byte accesses are single-copy atomic, 16-byte vector ones are not:
+// one 16-byte word failed the long-sequence tests on an H100): a reader that finds the same flag in both words
+// has a consistent transform, so neither side needs a memory fence, and each
+// fence is a round trip to L2 on the path every later tile waits on. Wider
+// accumulators (float64) keep the aggregate and the inclusive value in their
+// own fields, ordered by fences, so a reader that saw kAggregate never reads a
+// value that was overwritten after it.
+template <typename Acc, bool kTwoWords = sizeof(Acc) == 4>
 struct TileStatus;
 
 template <typename Acc>
 struct alignas(16) TileStatus<Acc, true> {
-  int flag;
-  Acc y, c;
-  int unused;
+  unsigned long long flag_y, flag_c;  // flag in the low half, the value's bits in the high half
 };
 
 template <typename Acc>
@@ -78,9 +77,11 @@ __device__ __forceinline__ int64_t next_tile_number(void* workspace) {
 template <typename Acc>
 __device__ __forceinline__ void publish(TileStatus<Acc>* status, TileFlag flag, Acc y, Acc c) {
   if constexpr (sizeof(Acc) == 4) {
-    const int word[4] = {static_cast<int>(flag), __float_as_int(y), __float_as_int(c), 0};
-    asm volatile("st.relaxed.gpu.global.v4.s32 [%0], {%1, %2, %3, %4};" ::"l"(status), "r"(word[0]),
-                 "r"(word[1]), "r"(word[2]), "r"(word[3])
+    const auto word = [flag](Acc v) {
+      return static_cast<unsigned long long>(static_cast<unsigned>(flag)) |
+             (static_cast<unsigned long long>(__float_as_uint(v)) << 32);
+    };
+    asm volatile("st.relaxed.gpu.global.v2.u64 [%0], {%1, %2};" ::"l"(status), "l"(word(y)), "l"(word(c))
                  : "memory");
   } else {
     if (flag == kAggregate) {
@@ -94,16 +95,16 @@ __device__ __forceinline__ void publish(TileStatus<Acc>* status, TileFlag flag, 
   }
 }
 
-// One read of a status; its flag may still be kNotReady.
+// One read of a status; its flag is kNotReady until it is ready and whole.
 template <typename Acc>
 __device__ __forceinline__ StatusValue<Acc> read_status(const TileStatus<Acc>* status) {
   if constexpr (sizeof(Acc) == 4) {
-    int flag, y, c, unused;
-    asm volatile("ld.relaxed.gpu.global.v4.s32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(flag), "=r"(y), "=r"(c), "=r"(unused)
-                 : "l"(status)
-                 : "memory");
-    return {flag, __int_as_float(y), __int_as_float(c)};
+    unsigned long long flag_y, flag_c;
+    asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];" : "=l"(flag_y), "=l"(flag_c) : "l"(status) : "memory");
+    const int flag = static_cast<int>(static_cast<unsigned>(flag_y));
+    const bool whole = flag == static_cast<int>(static_cast<unsigned>(flag_c));  // not a torn (aggregate, inclusive) mix
+    return {whole ? flag : int(kNotReady), __uint_as_float(static_cast<unsigned>(flag_y >> 32)),
+            __uint_as_float(static_cast<unsigned>(flag_c >> 32))};
   } else {
     const volatile TileStatus<Acc>* s = status;
     const int flag = s->flag;

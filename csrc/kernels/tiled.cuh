@@ -1,13 +1,12 @@
-// Tile, pipe and chained kernels, forward and fused backward.
+// Tile and pipe kernels, forward and fused backward (the chained schedule for few
+// long sequences, chained.cuh, shares the tile helpers here).
 //
 // A sequence is cut into tiles of E * NT elements aligned to its start. `tile`
 // gives one block a sequence of at most one tile; `pipe` gives one block a whole
 // sequence and walks its tiles in scan order with the carry between them,
 // loading the next tile before scanning the current one so the loads are in
-// flight during the scan; `chained` gives every tile its own block, which finds
-// its entering state by decoupled look-back (lookback.cuh): the schedule for few
-// long sequences. Reverse runs the tiles, and the order inside each tile, from
-// last to first over the same memory layout.
+// flight during the scan. Reverse runs the tiles, and the order inside each
+// tile, from last to first over the same memory layout.
 //
 // Backward (fused): with "next" meaning one step later in the forward direction,
 //     d_inputs[l]  = coeffs[next(l)] * d_inputs[next(l)] + d_outputs[l]
@@ -25,12 +24,11 @@
 #include "../dispatch.h"
 #include "../memio.h"
 #include "../params.h"
-#include "lookback.cuh"
 #include "scan.cuh"
 
 namespace linrec {
 
-enum class Schedule : int { kOneTile, kPipe, kChained };
+enum class Schedule : int { kOneTile, kPipe };
 
 template <typename Acc, TileConfig C>
 constexpr int tiled_dynamic_smem_bytes() {
@@ -47,25 +45,9 @@ struct TileOrder {
   __device__ __forceinline__ int64_t start(int64_t k) const { return (rev ? num_tiles - 1 - k : k) * tile_len; }
 };
 
-template <int64_t kTileLen, Schedule S>
+template <int64_t kTileLen, bool kOneTile>
 __host__ __device__ __forceinline__ TileOrder tile_order(int64_t len, bool rev) {
-  return {S == Schedule::kOneTile ? 1 : (len + kTileLen - 1) / kTileLen, kTileLen, rev};
-}
-
-// Which sequence and which of its tiles this block scans: [first_tile, end_tile).
-struct BlockWork {
-  int64_t seq, first_tile, end_tile;
-};
-
-template <Schedule S>
-__device__ __forceinline__ BlockWork block_work(const TileOrder& tiles, void* chain_workspace) {
-  if constexpr (S == Schedule::kChained) {
-    const int64_t number = next_tile_number(chain_workspace);
-    const int64_t k = number % tiles.num_tiles;
-    return {number / tiles.num_tiles, k, k + 1};
-  } else {
-    return {static_cast<int64_t>(blockIdx.x), 0, tiles.num_tiles};
-  }
+  return {kOneTile ? 1 : (len + kTileLen - 1) / kTileLen, kTileLen, rev};
 }
 
 // The dynamic shared memory that the coalesced memio strategy stages tiles in.
@@ -75,28 +57,41 @@ __device__ __forceinline__ Acc* staging_smem() {
   return reinterpret_cast<Acc*>(dynamic_smem);
 }
 
-// The tile scan entered with the state this schedule uses: the block's running
-// carry, or for a chained tile the state found by look-back (always the full scan).
-template <Schedule S, AlgoCode Algo, int E, int NT, typename Acc>
-__device__ __forceinline__ void scan_scheduled(Acc (&y)[E], Acc (&c)[E], bool rev, Acc& carry,
-                                               BlockScanStorage<Acc>& storage, void* chain_workspace,
-                                               const BlockWork& work, const TileOrder& tiles) {
-  if constexpr (S == Schedule::kChained) {
-    TileStatus<Acc>* statuses =
-        ChainWorkspaceLayout::statuses<Acc>(chain_workspace) + work.seq * tiles.num_tiles;
-    const Acc initial = carry;
-    const int64_t k = work.first_tile;
-    scan_tile_resolved<AlgoCode::kBlock, E, NT>(
-        y, c, rev, carry, storage, [&](Acc total_y, Acc total_c) { return look_back(statuses, k, total_y, total_c, initial); });
-  } else {
-    scan_tile<Algo, E, NT>(y, c, rev, carry, storage);
-  }
+// Backward, before the scan: replaces cs (coeffs of this thread's elements of
+// the tile at `start`) by the coefficients one forward step later, and returns
+// coeffs[first] if this thread holds the forward direction's first step (else 0).
+template <int E, typename T, typename Acc>
+__device__ __forceinline__ Acc shift_bwd_coeffs(Acc (&cs)[E], const T* c, int64_t stride, int64_t start,
+                                                int64_t len, bool fwd_rev) {
+  const int64_t mine = start + static_cast<int64_t>(threadIdx.x) * E;
+  const int64_t first = fwd_rev ? len - 1 : 0;
+  Acc first_coeff = Acc(0);
+#pragma unroll
+  for (int i = 0; i < E; ++i)
+    if (mine + i == first) first_coeff = cs[i];
+  // coeffs one forward step later: from the next position, or the previous one when reversed.
+  shift_window(cs, c, stride, start, len, Acc(0), /*from_next=*/!fwd_rev);
+  return first_coeff;
 }
 
-template <int E, typename Acc>
-__device__ __forceinline__ void move_registers(Acc (&dst)[E], const Acc (&src)[E]) {
+// Backward, after the scan (gs = d_inputs of the tile at `start`): d_coeffs =
+// d_inputs * (outputs one forward step earlier, `initial` before the first),
+// and d_initial = d_inputs[first] * coeffs[first] by the thread that holds it.
+template <MemCode M, int E, typename T, typename Acc>
+__device__ __forceinline__ void store_bwd_coeffs(const Acc (&gs)[E], const T* y, int64_t y_stride, T* dc,
+                                                 int64_t dc_stride, int64_t start, int64_t len, bool fwd_rev,
+                                                 Acc initial, Acc first_coeff, T* d_initial, Acc* smem) {
+  const int64_t mine = start + static_cast<int64_t>(threadIdx.x) * E;
+  const int64_t first = fwd_rev ? len - 1 : 0;
+  Acc ys[E];
+  load_tile<M>(ys, y, y_stride, start, len, Acc(0), smem);
+  shift_window(ys, y, y_stride, start, len, initial, /*from_next=*/fwd_rev);
 #pragma unroll
-  for (int i = 0; i < E; ++i) dst[i] = src[i];
+  for (int i = 0; i < E; ++i) {
+    if (mine + i == first) *d_initial = from_acc<T>(gs[i] * first_coeff);
+    ys[i] = gs[i] * ys[i];
+  }
+  store_tile<M>(dc, dc_stride, ys, start, len, smem);
 }
 
 // Kernels take the config as plain ints: nvcc's host stubs cannot spell class-type template arguments.
@@ -113,10 +108,9 @@ __global__ void __launch_bounds__(NT_) tiled_fwd_kernel(const ForwardParams p) {
   Acc* smem = staging_smem<Acc>();
   __shared__ BlockScanStorage<Acc> storage;
 
-  const TileOrder tiles = tile_order<kTileLen, S>(p.seq_len, p.reverse);
-  const BlockWork work = block_work<S>(tiles, p.chain_workspace);
+  const TileOrder tiles = tile_order<kTileLen, S == Schedule::kOneTile>(p.seq_len, p.reverse);
   int64_t off[kNumFwdSlots];
-  p.index.offsets(work.seq, off);
+  p.index.offsets(blockIdx.x, off);
   const T* x = static_cast<const T*>(p.inputs) + off[kFwdInputs];
   const T* c = static_cast<const T*>(p.coeffs) + off[kFwdCoeffs];
   T* y = static_cast<T*>(p.outputs) + off[kFwdOutputs];
@@ -127,19 +121,19 @@ __global__ void __launch_bounds__(NT_) tiled_fwd_kernel(const ForwardParams p) {
   Acc carry = p.initial ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kFwdInitial]]) : Acc(0);
 
   Acc xs[E], cs[E];
-  load_tile<C.memcode>(xs, x, sx, tiles.start(work.first_tile), len, Acc(0), smem);
-  load_tile<C.memcode>(cs, c, sc, tiles.start(work.first_tile), len, Acc(1), smem);
-  for (int64_t k = work.first_tile; k < work.end_tile; ++k) {
-    Acc next_xs[E], next_cs[E];
-    if (S == Schedule::kPipe && k + 1 < work.end_tile) {
-      load_tile<C.memcode>(next_xs, x, sx, tiles.start(k + 1), len, Acc(0), smem);
-      load_tile<C.memcode>(next_cs, c, sc, tiles.start(k + 1), len, Acc(1), smem);
+  load_tile<C.memcode>(xs, x, sx, tiles.start(0), len, Acc(0), smem);
+  load_tile<C.memcode>(cs, c, sc, tiles.start(0), len, Acc(1), smem);
+  for (int64_t k = 0; k < tiles.num_tiles; ++k) {
+    PrefetchedTile<C.memcode, E, T, Acc> next_xs, next_cs;
+    if (S == Schedule::kPipe && k + 1 < tiles.num_tiles) {
+      next_xs.load(x, sx, tiles.start(k + 1), len, Acc(0), smem);
+      next_cs.load(c, sc, tiles.start(k + 1), len, Acc(1), smem);
     }
-    scan_scheduled<S, C.algocode, E, NT>(xs, cs, rev, carry, storage, p.chain_workspace, work, tiles);
+    scan_tile<C.algocode, E, NT>(xs, cs, rev, carry, storage);
     store_tile<C.memcode>(y, sy, xs, tiles.start(k), len, smem);
     if constexpr (S == Schedule::kPipe) {
-      move_registers(xs, next_xs);
-      move_registers(cs, next_cs);
+      next_xs.take(xs);
+      next_cs.take(cs);
     }
   }
 }
@@ -155,10 +149,9 @@ __global__ void __launch_bounds__(NT_) tiled_bwd_kernel(const BackwardParams p) 
   __shared__ BlockScanStorage<Acc> storage;
 
   const bool rev = !p.reverse;  // the backward scan runs against the forward direction
-  const TileOrder tiles = tile_order<kTileLen, S>(p.seq_len, rev);
-  const BlockWork work = block_work<S>(tiles, p.chain_workspace);
+  const TileOrder tiles = tile_order<kTileLen, S == Schedule::kOneTile>(p.seq_len, rev);
   int64_t off[kNumBwdSlots];
-  p.index.offsets(work.seq, off);
+  p.index.offsets(blockIdx.x, off);
   const auto& es = p.index.elem_strides;
   const T* dy = static_cast<const T*>(p.d_outputs) + off[kBwdDOutputs];
   const T* c = static_cast<const T*>(p.coeffs) + off[kBwdCoeffs];
@@ -171,38 +164,23 @@ __global__ void __launch_bounds__(NT_) tiled_bwd_kernel(const BackwardParams p) 
   Acc carry = Acc(0);
 
   Acc gs[E], cs[E];
-  load_tile<C.memcode>(gs, dy, es[kBwdDOutputs], tiles.start(work.first_tile), len, Acc(0), smem);
-  load_tile<C.memcode>(cs, c, es[kBwdCoeffs], tiles.start(work.first_tile), len, Acc(1), smem);
-  const int64_t first = fwd_rev ? len - 1 : 0;  // the forward direction's first step
-  for (int64_t k = work.first_tile; k < work.end_tile; ++k) {
+  load_tile<C.memcode>(gs, dy, es[kBwdDOutputs], tiles.start(0), len, Acc(0), smem);
+  load_tile<C.memcode>(cs, c, es[kBwdCoeffs], tiles.start(0), len, Acc(1), smem);
+  for (int64_t k = 0; k < tiles.num_tiles; ++k) {
     const int64_t start = tiles.start(k);
-    const int64_t mine = start + static_cast<int64_t>(threadIdx.x) * E;
-    Acc next_gs[E], next_cs[E];
-    if (S == Schedule::kPipe && k + 1 < work.end_tile) {
-      load_tile<C.memcode>(next_gs, dy, es[kBwdDOutputs], tiles.start(k + 1), len, Acc(0), smem);
-      load_tile<C.memcode>(next_cs, c, es[kBwdCoeffs], tiles.start(k + 1), len, Acc(1), smem);
+    PrefetchedTile<C.memcode, E, T, Acc> next_gs, next_cs;
+    if (S == Schedule::kPipe && k + 1 < tiles.num_tiles) {
+      next_gs.load(dy, es[kBwdDOutputs], tiles.start(k + 1), len, Acc(0), smem);
+      next_cs.load(c, es[kBwdCoeffs], tiles.start(k + 1), len, Acc(1), smem);
     }
-    Acc first_coeff = Acc(0);  // coeffs[first], if this thread holds it
-#pragma unroll
-    for (int i = 0; i < E; ++i)
-      if (mine + i == first) first_coeff = cs[i];
-    // coeffs one forward step later: from the next position, or the previous one when reversed.
-    shift_window(cs, c, es[kBwdCoeffs], start, len, Acc(0), /*from_next=*/!fwd_rev);
-    scan_scheduled<S, C.algocode, E, NT>(gs, cs, rev, carry, storage, p.chain_workspace, work, tiles);
+    const Acc first_coeff = shift_bwd_coeffs(cs, c, es[kBwdCoeffs], start, len, fwd_rev);
+    scan_tile<C.algocode, E, NT>(gs, cs, rev, carry, storage);
     store_tile<C.memcode>(dx, es[kBwdDInputs], gs, start, len, smem);
-    // d_coeffs = d_inputs * (outputs one forward step earlier, the initial state before the first).
-    Acc ys[E];
-    load_tile<C.memcode>(ys, y, es[kBwdOutputs], start, len, Acc(0), smem);
-    shift_window(ys, y, es[kBwdOutputs], start, len, initial, /*from_next=*/fwd_rev);
-#pragma unroll
-    for (int i = 0; i < E; ++i) {
-      if (mine + i == first) static_cast<T*>(p.d_initial)[off[kBwdDInitial]] = from_acc<T>(gs[i] * first_coeff);
-      ys[i] = gs[i] * ys[i];
-    }
-    store_tile<C.memcode>(dc, es[kBwdDCoeffs], ys, start, len, smem);
+    store_bwd_coeffs<C.memcode>(gs, y, es[kBwdOutputs], dc, es[kBwdDCoeffs], start, len, fwd_rev, initial,
+                                first_coeff, static_cast<T*>(p.d_initial) + off[kBwdDInitial], smem);
     if constexpr (S == Schedule::kPipe) {
-      move_registers(gs, next_gs);
-      move_registers(cs, next_cs);
+      next_gs.take(gs);
+      next_cs.take(cs);
     }
   }
 }
@@ -220,36 +198,30 @@ constexpr auto tiled_kernel() {
 }
 
 inline std::string tiled_name(Schedule s, bool backward) {
-  const char* kind = s == Schedule::kOneTile ? "tile" : s == Schedule::kPipe ? "pipe" : "chained";
-  return std::string("linrec_") + kind + (backward ? "_bwd" : "_fwd");
+  return std::string("linrec_") + (s == Schedule::kOneTile ? "tile" : "pipe") + (backward ? "_bwd" : "_fwd");
 }
 
-// Bytes of the chained kernels' workspace (zeroed by the caller) for this call.
-template <typename T>
-int64_t chained_workspace_bytes(int64_t num_seqs, int64_t seq_len, const TileConfig& config) {
-  const int64_t tiles = (seq_len + config.tile_len() - 1) / config.tile_len();
-  return ChainWorkspaceLayout::bytes<acc_t<T>>(num_seqs * tiles);
+// Shared memory beyond the default 48 KiB, where a config stages that much.
+template <TileConfig C, int kSmem, typename Kernel>
+void allow_dynamic_smem(Kernel kernel, const std::string& name) {
+  if constexpr (kSmem > 48 * 1024) {
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    if (err != cudaSuccess)
+      throw std::runtime_error("linrec: " + name + " needs " + std::to_string(kSmem) +
+                               " bytes of shared memory for " + C.to_string() + ": " + cudaGetErrorString(err));
+  }
 }
 
-// Launches the tile, pipe or chained kernel for `config`: one block per sequence,
-// or for chained one block per tile.
+// Launches the tile or pipe kernel for `config`: one block per sequence.
 template <typename T, Schedule S, bool kBackward, typename Params>
 void launch_tiled(const Params& p, const TileConfig& config, cudaStream_t stream) {
   const std::string name = tiled_name(S, kBackward);
   dispatch_config(config, [&]<TileConfig C>() {
     constexpr auto kernel = tiled_kernel<T, C, S, kBackward>();
     constexpr int smem = tiled_dynamic_smem_bytes<acc_t<T>, C>();
-    if constexpr (smem > 48 * 1024) {
-      const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-      if (err != cudaSuccess)
-        throw std::runtime_error("linrec: " + name + " needs " + std::to_string(smem) +
-                                 " bytes of shared memory for " + config.to_string() + ": " + cudaGetErrorString(err));
-    }
-    const int64_t blocks = S == Schedule::kChained ? p.num_seqs * tile_order<C.tile_len(), S>(p.seq_len, false).num_tiles
-                                                   : p.num_seqs;
-    if (blocks > 0x7fffffff) throw std::runtime_error("linrec: " + name + " needs more than 2^31-1 blocks");
-    if (S == Schedule::kChained && p.chain_workspace == nullptr) throw std::runtime_error("linrec: " + name + " needs a workspace");
-    kernel<<<static_cast<unsigned>(blocks), C.threads_per_block, smem, stream>>>(p);
+    allow_dynamic_smem<C, smem>(kernel, name);
+    if (p.num_seqs > 0x7fffffff) throw std::runtime_error("linrec: " + name + " needs more than 2^31-1 blocks");
+    kernel<<<static_cast<unsigned>(p.num_seqs), C.threads_per_block, smem, stream>>>(p);
     check_launch(name.c_str());
   }, name.c_str());
 }

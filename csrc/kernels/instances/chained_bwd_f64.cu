@@ -2,8 +2,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "../tiled.cuh"
+#include "../chained.cuh"
 
 namespace linrec {
-LINREC_INSTANTIATE_TILED(double, Schedule::kChained, true, BackwardParams)
+LINREC_INSTANTIATE_CHAINED(double, true, BackwardParams)
 }  // namespace linrec

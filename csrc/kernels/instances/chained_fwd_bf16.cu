@@ -2,8 +2,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "../tiled.cuh"
+#include "../chained.cuh"
 
 namespace linrec {
-LINREC_INSTANTIATE_TILED(__nv_bfloat16, Schedule::kChained, false, ForwardParams)
+LINREC_INSTANTIATE_CHAINED(__nv_bfloat16, false, ForwardParams)
 }  // namespace linrec

@@ -2,8 +2,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "../tiled.cuh"
+#include "../chained.cuh"
 
 namespace linrec {
-LINREC_INSTANTIATE_TILED(__half, Schedule::kChained, false, ForwardParams)
+LINREC_INSTANTIATE_CHAINED(__half, false, ForwardParams)
 }  // namespace linrec

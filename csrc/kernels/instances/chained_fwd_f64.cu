@@ -2,8 +2,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "../tiled.cuh"
+#include "../chained.cuh"
 
 namespace linrec {
-LINREC_INSTANTIATE_TILED(double, Schedule::kChained, false, ForwardParams)
+LINREC_INSTANTIATE_CHAINED(double, false, ForwardParams)
 }  // namespace linrec
