@@ -92,11 +92,12 @@ inline KernelChoice select_one_block_per_seq(int64_t seq_len, bool backward, boo
   constexpr MemCode kVec = MemCode::kVector;
   constexpr AlgoCode kFull = AlgoCode::kBlock;
   if (storage_16bit) {
-    // bf16: tiles lead up to 4096 (0.87-0.89 of copy forward); pipe 16x64 past it.
+    // bf16: tiles up to 1024; then pipe, whose prefetched tile stays in bf16
+    // (memio.h): 16x64 (0.95-0.97 of copy forward at 2048-4096, 0.82-0.91
+    // backward), 16x256 forward from 16384 (1.00).
     if (seq_len <= 8 * 64) return {KernelKind::kTile, {8, 64, kVec, kFull}};
     if (seq_len <= 16 * 64) return {KernelKind::kTile, {16, 64, kVec, kFull}};
-    if (seq_len <= 8 * 256) return {KernelKind::kTile, {8, 256, kVec, kFull}};
-    if (!backward && seq_len <= 16 * 256) return {KernelKind::kTile, {16, 256, kVec, kFull}};
+    if (!backward && seq_len > 8192) return {KernelKind::kPipe, {16, 256, kVec, kFull}};
     return {KernelKind::kPipe, {16, 64, kVec, kFull}};
   }
   // fp32: pipe 4x256 leads the forward past 512 (0.99-1.00 of copy from 2048 to
@@ -124,12 +125,12 @@ inline KernelChoice select_config(int64_t seq_len, int64_t num_seqs, bool unit_e
     return {KernelKind::kStrided, {16, 128, MemCode::kDirect, kFull}};
   }
   // Fewer sequences than the GPU has room for blocks (one block per sequence
-  // would leave SMs idle), each several tiles long: a block per tile. The
-  // largest tile wins on the H100 (1 x 2^24 and 4 x 2^22, fp32): the look-back
-  // costs a few round trips to L2 per tile, whatever the tile's size.
-  const TileConfig widest{16, 256, MemCode::kVector, kFull};
-  if (num_seqs < 2 * static_cast<int64_t>(sm_count) && seq_len >= 4 * widest.tile_len())
-    return {KernelKind::kChained, widest};
+  // would leave SMs idle), each several tiles long: a block per tile. H100,
+  // 1 x 2^24 and 4 x 2^22: fp32 16x64 forward, 8x64 backward; bf16 16x256.
+  if (num_seqs < 2 * static_cast<int64_t>(sm_count) && seq_len >= 16384) {
+    if (storage_16bit) return {KernelKind::kChained, {16, 256, MemCode::kVector, kFull}};
+    return {KernelKind::kChained, {backward ? 8 : 16, 64, MemCode::kVector, kFull}};
+  }
   // Short sequences, several to a warp: packed 8x128 leads from 32 to 256
   // (fp32, fwd and bwd), 4x128 at 16.
   if (seq_len <= 16) return {KernelKind::kPacked, {4, 128, MemCode::kVector, kFull}};

@@ -99,9 +99,9 @@ def test_every_config(kernel, config, dtype, reverse):
 @pytest.mark.parametrize("config", [(4, 64, 1, 3), (16, 256, 1, 3)], ids=str)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("reverse", [False, True])
-def test_chained_blocks_cross_sequences(config, dtype, reverse):
-    """More tiles than the persistent grid has blocks: each block scans many tiles,
-    of several sequences, with a partial last tile and a strided (non-contiguous) view."""
+def test_chained_many_tiles(config, dtype, reverse):
+    """More tiles than fit on the GPU at once, of many sequences, each with a partial
+    last tile, through a strided (non-contiguous) view."""
     from linrec.impl import cuda
 
     length = config[0] * config[1] + 7  # two tiles, the second partial

@@ -1,19 +1,17 @@
 // The chained kernels: few long sequences, split across the whole GPU.
 //
 // One block per sequence leaves an H100 idle when there are fewer sequences
-// than multiprocessors. Here every tile of E * NT elements is a unit of work:
-// tiles are numbered sequence by sequence in scan order, and a persistent grid
-// (as many blocks as fit on the GPU at once) takes tile numbers from an atomic
-// counter. Each tile finds the state before it by decoupled look-back over the
-// tiles before it (lookback.cuh), which may have to wait for them: so a block
-// issues the loads of its next tile before resolving the current one, and the
-// wait overlaps memory traffic instead of idling the block (on an H100, one
-// block per tile without this prefetch ran 1 x 2^24 fp32 at 0.5-0.65 of copy).
+// than multiprocessors. Here every tile of E * NT elements gets its own block:
+// tiles are numbered sequence by sequence in scan order, blocks take their
+// numbers from an atomic counter (so a block waits only on blocks that already
+// started: no deadlock), and each tile finds the state before it by decoupled
+// look-back over the tiles before it (lookback.cuh).
 //
-// Deadlock-free without co-residency: tile numbers are handed out in order, a
-// block holds at most two (its current one and the next, taken later), and it
-// resolves its current one before the next; a tile waits only on smaller ones.
-// The backward is the fused one of tiled.cuh, tile by tile.
+// Measured and dropped (H100, 1 x 2^24 fp32): a persistent grid whose blocks
+// prefetch their next tile during the look-back ran at 0.45 of copy against
+// 0.65 for a block per tile: a prefetched tile publishes its aggregate only
+// after its block's current tile is resolved, so later tiles wait on that.
+// The backward is the fused one of tiled.cuh.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -29,24 +27,18 @@
 
 namespace linrec {
 
-// A tile of the chained order: sequence `seq`, its k-th tile in scan order.
+// This block's tile: sequence `seq`, its k-th tile in scan order.
 struct ChainedTile {
   int64_t seq, k;
-  bool valid;
 };
 
-__device__ __forceinline__ ChainedTile next_chained_tile(void* workspace, int64_t tiles_per_seq, int64_t num_seqs) {
+__device__ __forceinline__ ChainedTile chained_tile(void* workspace, int64_t tiles_per_seq) {
   const int64_t number = next_tile_number(workspace);
-  return {number / tiles_per_seq, number % tiles_per_seq, number < tiles_per_seq * num_seqs};
+  return {number / tiles_per_seq, number % tiles_per_seq};
 }
 
-// The statuses of sequence `seq`'s tiles.
-template <typename Acc>
-__device__ __forceinline__ TileStatus<Acc>* seq_statuses(void* workspace, int64_t seq, int64_t tiles_per_seq) {
-  return ChainWorkspaceLayout::statuses<Acc>(workspace) + seq * tiles_per_seq;
-}
-
-// The tile scan entered with the state found by look-back over tile t's predecessors.
+// The tile scan entered with the state found by look-back over tile k's
+// predecessors among `statuses` (its sequence's); `initial` enters before tile 0.
 template <int E, int NT, typename Acc>
 __device__ __forceinline__ void scan_chained_tile(Acc (&y)[E], Acc (&c)[E], bool rev, BlockScanStorage<Acc>& storage,
                                                   TileStatus<Acc>* statuses, int64_t k, Acc initial) {
@@ -66,40 +58,18 @@ __global__ void __launch_bounds__(NT_) chained_fwd_kernel(const ForwardParams p)
   __shared__ BlockScanStorage<Acc> storage;
 
   const TileOrder tiles = tile_order<C.tile_len(), false>(p.seq_len, p.reverse);
-  const int64_t len = p.seq_len;
-  const auto& es = p.index.elem_strides;
-  // The current tile's sequence: its offsets in every tensor.
+  const ChainedTile tile = chained_tile(p.chain_workspace, tiles.num_tiles);
   int64_t off[kNumFwdSlots];
-  auto inputs_of = [&](const int64_t (&o)[kNumFwdSlots]) { return static_cast<const T*>(p.inputs) + o[kFwdInputs]; };
-  auto coeffs_of = [&](const int64_t (&o)[kNumFwdSlots]) { return static_cast<const T*>(p.coeffs) + o[kFwdCoeffs]; };
-
-  ChainedTile tile = next_chained_tile(p.chain_workspace, tiles.num_tiles, p.num_seqs);
-  if (!tile.valid) return;
   p.index.offsets(tile.seq, off);
+  const auto& es = p.index.elem_strides;
+  const int64_t start = tiles.start(tile.k), len = p.seq_len;
   Acc xs[E], cs[E];
-  load_tile<C.memcode>(xs, inputs_of(off), es[kFwdInputs], tiles.start(tile.k), len, Acc(0), smem);
-  load_tile<C.memcode>(cs, coeffs_of(off), es[kFwdCoeffs], tiles.start(tile.k), len, Acc(1), smem);
-  while (true) {
-    const ChainedTile next = next_chained_tile(p.chain_workspace, tiles.num_tiles, p.num_seqs);
-    int64_t next_off[kNumFwdSlots];
-    PrefetchedTile<C.memcode, E, T, Acc> next_xs, next_cs;
-    if (next.valid) {
-      p.index.offsets(next.seq, next_off);
-      next_xs.load(inputs_of(next_off), es[kFwdInputs], tiles.start(next.k), len, Acc(0), smem);
-      next_cs.load(coeffs_of(next_off), es[kFwdCoeffs], tiles.start(next.k), len, Acc(1), smem);
-    }
-    const Acc initial = p.initial && tile.k == 0 ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kFwdInitial]])
-                                                 : Acc(0);
-    scan_chained_tile<E, NT>(xs, cs, p.reverse, storage, seq_statuses<Acc>(p.chain_workspace, tile.seq, tiles.num_tiles),
-                             tile.k, initial);
-    store_tile<C.memcode>(static_cast<T*>(p.outputs) + off[kFwdOutputs], es[kFwdOutputs], xs, tiles.start(tile.k), len,
-                          smem);
-    if (!next.valid) return;
-    tile = next;
-    for (int t = 0; t < kNumFwdSlots; ++t) off[t] = next_off[t];
-    next_xs.take(xs);
-    next_cs.take(cs);
-  }
+  load_tile<C.memcode>(xs, static_cast<const T*>(p.inputs) + off[kFwdInputs], es[kFwdInputs], start, len, Acc(0), smem);
+  load_tile<C.memcode>(cs, static_cast<const T*>(p.coeffs) + off[kFwdCoeffs], es[kFwdCoeffs], start, len, Acc(1), smem);
+  const Acc initial = p.initial && tile.k == 0 ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kFwdInitial]]) : Acc(0);
+  TileStatus<Acc>* statuses = ChainWorkspaceLayout::statuses<Acc>(p.chain_workspace) + tile.seq * tiles.num_tiles;
+  scan_chained_tile<E, NT>(xs, cs, p.reverse, storage, statuses, tile.k, initial);
+  store_tile<C.memcode>(static_cast<T*>(p.outputs) + off[kFwdOutputs], es[kFwdOutputs], xs, start, len, smem);
 }
 
 template <typename T, int E_, int NT_, int M_>
@@ -114,44 +84,24 @@ __global__ void __launch_bounds__(NT_) chained_bwd_kernel(const BackwardParams p
   const bool rev = !p.reverse;  // the backward scan runs against the forward direction
   const bool fwd_rev = p.reverse;
   const TileOrder tiles = tile_order<C.tile_len(), false>(p.seq_len, rev);
-  const int64_t len = p.seq_len;
-  const auto& es = p.index.elem_strides;
+  const ChainedTile tile = chained_tile(p.chain_workspace, tiles.num_tiles);
   int64_t off[kNumBwdSlots];
-  auto d_outputs_of = [&](const int64_t (&o)[kNumBwdSlots]) {
-    return static_cast<const T*>(p.d_outputs) + o[kBwdDOutputs];
-  };
-  auto coeffs_of = [&](const int64_t (&o)[kNumBwdSlots]) { return static_cast<const T*>(p.coeffs) + o[kBwdCoeffs]; };
-
-  ChainedTile tile = next_chained_tile(p.chain_workspace, tiles.num_tiles, p.num_seqs);
-  if (!tile.valid) return;
   p.index.offsets(tile.seq, off);
+  const auto& es = p.index.elem_strides;
+  const int64_t start = tiles.start(tile.k), len = p.seq_len;
+  const T* c = static_cast<const T*>(p.coeffs) + off[kBwdCoeffs];
   Acc gs[E], cs[E];
-  load_tile<C.memcode>(gs, d_outputs_of(off), es[kBwdDOutputs], tiles.start(tile.k), len, Acc(0), smem);
-  load_tile<C.memcode>(cs, coeffs_of(off), es[kBwdCoeffs], tiles.start(tile.k), len, Acc(1), smem);
-  while (true) {
-    const ChainedTile next = next_chained_tile(p.chain_workspace, tiles.num_tiles, p.num_seqs);
-    int64_t next_off[kNumBwdSlots];
-    PrefetchedTile<C.memcode, E, T, Acc> next_gs, next_cs;
-    if (next.valid) {
-      p.index.offsets(next.seq, next_off);
-      next_gs.load(d_outputs_of(next_off), es[kBwdDOutputs], tiles.start(next.k), len, Acc(0), smem);
-      next_cs.load(coeffs_of(next_off), es[kBwdCoeffs], tiles.start(next.k), len, Acc(1), smem);
-    }
-    const int64_t start = tiles.start(tile.k);
-    const Acc first_coeff = shift_bwd_coeffs(cs, coeffs_of(off), es[kBwdCoeffs], start, len, fwd_rev);
-    scan_chained_tile<E, NT>(gs, cs, rev, storage, seq_statuses<Acc>(p.chain_workspace, tile.seq, tiles.num_tiles),
-                             tile.k, Acc(0));
-    store_tile<C.memcode>(static_cast<T*>(p.d_inputs) + off[kBwdDInputs], es[kBwdDInputs], gs, start, len, smem);
-    const Acc initial = p.initial ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kBwdInitial]]) : Acc(0);
-    store_bwd_coeffs<C.memcode>(gs, static_cast<const T*>(p.outputs) + off[kBwdOutputs], es[kBwdOutputs],
-                                static_cast<T*>(p.d_coeffs) + off[kBwdDCoeffs], es[kBwdDCoeffs], start, len, fwd_rev,
-                                initial, first_coeff, static_cast<T*>(p.d_initial) + off[kBwdDInitial], smem);
-    if (!next.valid) return;
-    tile = next;
-    for (int t = 0; t < kNumBwdSlots; ++t) off[t] = next_off[t];
-    next_gs.take(gs);
-    next_cs.take(cs);
-  }
+  load_tile<C.memcode>(gs, static_cast<const T*>(p.d_outputs) + off[kBwdDOutputs], es[kBwdDOutputs], start, len, Acc(0),
+                       smem);
+  load_tile<C.memcode>(cs, c, es[kBwdCoeffs], start, len, Acc(1), smem);
+  const Acc first_coeff = shift_bwd_coeffs(cs, c, es[kBwdCoeffs], start, len, fwd_rev);
+  TileStatus<Acc>* statuses = ChainWorkspaceLayout::statuses<Acc>(p.chain_workspace) + tile.seq * tiles.num_tiles;
+  scan_chained_tile<E, NT>(gs, cs, rev, storage, statuses, tile.k, Acc(0));
+  store_tile<C.memcode>(static_cast<T*>(p.d_inputs) + off[kBwdDInputs], es[kBwdDInputs], gs, start, len, smem);
+  const Acc initial = p.initial ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kBwdInitial]]) : Acc(0);
+  store_bwd_coeffs<C.memcode>(gs, static_cast<const T*>(p.outputs) + off[kBwdOutputs], es[kBwdOutputs],
+                              static_cast<T*>(p.d_coeffs) + off[kBwdDCoeffs], es[kBwdDCoeffs], start, len, fwd_rev,
+                              initial, first_coeff, static_cast<T*>(p.d_initial) + off[kBwdDInitial], smem);
 }
 
 template <typename T, TileConfig C, bool kBackward>
@@ -168,21 +118,7 @@ int64_t chained_workspace_bytes(int64_t num_seqs, int64_t seq_len, const TileCon
   return ChainWorkspaceLayout::bytes<acc_t<T>>(num_seqs * tiles);
 }
 
-// Blocks of `kernel` that fit on one multiprocessor of the current device, asked once per device.
-template <auto kKernel>
-int resident_blocks_per_sm(int threads, int smem, int device) {
-  constexpr int kMaxDevices = 64;
-  static int cached[kMaxDevices] = {};
-  if (device >= 0 && device < kMaxDevices && cached[device] > 0) return cached[device];
-  int blocks = 0;
-  const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kKernel, threads, smem);
-  if (err != cudaSuccess) throw std::runtime_error(std::string("linrec: occupancy query failed: ") + cudaGetErrorString(err));
-  blocks = blocks > 0 ? blocks : 1;
-  if (device >= 0 && device < kMaxDevices) cached[device] = blocks;
-  return blocks;
-}
-
-// Launches the persistent chained kernel for `config`: min(tiles, resident blocks) blocks.
+// Launches the chained kernel for `config`: one block per tile.
 template <typename T, bool kBackward, typename Params>
 void launch_chained(const Params& p, const TileConfig& config, cudaStream_t stream) {
   const std::string name = kBackward ? "linrec_chained_bwd" : "linrec_chained_fwd";
@@ -191,13 +127,8 @@ void launch_chained(const Params& p, const TileConfig& config, cudaStream_t stre
     constexpr int smem = tiled_dynamic_smem_bytes<acc_t<T>, C>();
     allow_dynamic_smem<C, smem>(kernel, name);
     if (p.chain_workspace == nullptr) throw std::runtime_error("linrec: " + name + " needs a workspace");
-    int device = 0, sms = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-      throw std::runtime_error("linrec: " + name + " could not query the device");
-    const int64_t tiles = p.num_seqs * tile_order<C.tile_len(), false>(p.seq_len, false).num_tiles;
-    const int64_t resident = static_cast<int64_t>(sms) * resident_blocks_per_sm<kernel>(C.threads_per_block, smem, device);
-    const int64_t blocks = tiles < resident ? tiles : resident;
+    const int64_t blocks = p.num_seqs * tile_order<C.tile_len(), false>(p.seq_len, false).num_tiles;
+    if (blocks > 0x7fffffff) throw std::runtime_error("linrec: " + name + " needs more than 2^31-1 blocks");
     if (blocks == 0) return;
     kernel<<<static_cast<unsigned>(blocks), C.threads_per_block, smem, stream>>>(p);
     check_launch(name.c_str());

@@ -152,7 +152,7 @@ __device__ __forceinline__ Acc look_back(TileStatus<Acc>* statuses, int64_t k, A
     const int64_t p = end - lane;
     StatusValue<Acc> s = p >= 0 ? read_status(&statuses[p]) : StatusValue<Acc>{kInclusive, Acc(0), Acc(0)};
     const unsigned seen = __ballot_sync(kFullMask, s.flag == kInclusive);
-    const int bound = seen ? __ffs(seen) - 1 : kWarpSize - 1;
+    const int bound = seen ? __ffs(seen) - 1 : kWarpSize;  // lanes nearer than the nearest inclusive seen
     if (s.flag == kNotReady && lane < bound) s = wait_status(&statuses[p]);
     const unsigned inclusive = __ballot_sync(kFullMask, s.flag == kInclusive);
     const int last = inclusive ? __ffs(inclusive) - 1 : kWarpSize - 1;  // the nearest lane with an inclusive
