@@ -92,12 +92,13 @@ inline KernelChoice select_one_block_per_seq(int64_t seq_len, bool backward, boo
   constexpr MemCode kVec = MemCode::kVector;
   constexpr AlgoCode kFull = AlgoCode::kBlock;
   if (storage_16bit) {
-    // bf16: tiles up to 1024; then pipe, whose prefetched tile stays in bf16
-    // (memio.h): 16x64 (0.95-0.97 of copy forward at 2048-4096, 0.82-0.91
-    // backward), 16x256 forward from 16384 (1.00).
+    // bf16: tiles up to 1024 forward; then pipe, whose prefetched tile stays in
+    // bf16 (memio.h): 16x64 (0.95-0.97 of copy forward at 2048-4096), 16x256
+    // forward from 16384 (1.00); backward pipe 8x64 up to 2048, then 16x64.
     if (seq_len <= 8 * 64) return {KernelKind::kTile, {8, 64, kVec, kFull}};
+    if (backward) return {KernelKind::kPipe, {seq_len <= 2048 ? 8 : 16, 64, kVec, kFull}};
     if (seq_len <= 16 * 64) return {KernelKind::kTile, {16, 64, kVec, kFull}};
-    if (!backward && seq_len > 8192) return {KernelKind::kPipe, {16, 256, kVec, kFull}};
+    if (seq_len > 8192) return {KernelKind::kPipe, {16, 256, kVec, kFull}};
     return {KernelKind::kPipe, {16, 64, kVec, kFull}};
   }
   // fp32: pipe 4x256 leads the forward past 512 (0.99-1.00 of copy from 2048 to
