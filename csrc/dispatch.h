@@ -79,7 +79,7 @@ void dispatch_config(const TileConfig& config, Fn&& fn, const char* kernel_name)
 }
 
 // The shape -> kernel rule used when the caller asks for KernelKind::kAuto.
-// Derived from `python -m linrec.tune` on an H100 (see README, "Tuning").
+// Derived from `python -m linrec.tune` on an H100 (scripts/tune_sweep.sh; README, "Performance").
 struct KernelChoice {
   KernelKind kind;
   TileConfig config;
