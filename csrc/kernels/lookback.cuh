@@ -28,10 +28,11 @@ struct StatusValue {
 
 // One status per tile, zeroed before the launch. With a 4-byte accumulator a
 // status is two 8-byte words, (flag, y) and (flag, c), each written and read
-// whole (8-byte accesses are single-copy atomic, 16-byte vector ones are not:
-// one 16-byte word failed the long-sequence tests on an H100): a reader that finds the same flag in both words
-// has a consistent transform, so neither side needs a memory fence, and each
-// fence is a round trip to L2 on the path every later tile waits on. Wider
+// whole: an aligned 8-byte access is single-copy atomic, while the PTX memory
+// model treats the elements of a vector access as separate accesses. A reader
+// that finds the same flag in both words has a consistent transform, so neither
+// side needs a memory fence, and each fence is a round trip to L2 on the path
+// every later tile waits on. Wider
 // accumulators (float64) keep the aggregate and the inclusive value in their
 // own fields, ordered by fences, so a reader that saw kAggregate never reads a
 // value that was overwritten after it.
