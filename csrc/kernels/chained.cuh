@@ -17,6 +17,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "../dispatch.h"
 #include "../memio.h"
@@ -48,67 +49,54 @@ __device__ __forceinline__ void scan_chained_tile(Acc (&y)[E], Acc (&c)[E], bool
   });
 }
 
-template <typename T, int E_, int NT_, int M_>
-__global__ void __launch_bounds__(NT_) chained_fwd_kernel(const ForwardParams p) {
+// Forward and fused backward in one kernel: they differ only in the tensors
+// around the tile scan (the backward runs against the forward direction).
+template <typename T, int E, int NT, int M, bool kBackward, typename Params>
+__global__ void __launch_bounds__(NT) chained_kernel(const Params p) {
   using Acc = acc_t<T>;
-  constexpr TileConfig C = kConfigOf<E_, NT_, M_, static_cast<int>(AlgoCode::kBlock)>;
-  constexpr int E = C.elems_per_thread;
-  constexpr int NT = C.threads_per_block;
+  constexpr TileConfig C = kConfigOf<E, NT, M, static_cast<int>(AlgoCode::kBlock)>;
   Acc* smem = staging_smem<Acc>();
   __shared__ BlockScanStorage<Acc> storage;
 
-  const TileOrder tiles = tile_order<C.tile_len(), false>(p.seq_len, p.reverse);
-  const ChainedTile tile = chained_tile(p.chain_workspace, tiles.num_tiles);
-  int64_t off[kNumFwdSlots];
-  p.index.offsets(tile.seq, off);
-  const auto& es = p.index.elem_strides;
-  const int64_t start = tiles.start(tile.k), len = p.seq_len;
-  Acc xs[E], cs[E];
-  load_tile<C.memcode>(xs, static_cast<const T*>(p.inputs) + off[kFwdInputs], es[kFwdInputs], start, len, Acc(0), smem);
-  load_tile<C.memcode>(cs, static_cast<const T*>(p.coeffs) + off[kFwdCoeffs], es[kFwdCoeffs], start, len, Acc(1), smem);
-  const Acc initial = p.initial && tile.k == 0 ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kFwdInitial]]) : Acc(0);
-  TileStatus<Acc>* statuses = ChainWorkspaceLayout::statuses<Acc>(p.chain_workspace) + tile.seq * tiles.num_tiles;
-  scan_chained_tile<E, NT>(xs, cs, p.reverse, storage, statuses, tile.k, initial);
-  store_tile<C.memcode>(static_cast<T*>(p.outputs) + off[kFwdOutputs], es[kFwdOutputs], xs, start, len, smem);
-}
-
-template <typename T, int E_, int NT_, int M_>
-__global__ void __launch_bounds__(NT_) chained_bwd_kernel(const BackwardParams p) {
-  using Acc = acc_t<T>;
-  constexpr TileConfig C = kConfigOf<E_, NT_, M_, static_cast<int>(AlgoCode::kBlock)>;
-  constexpr int E = C.elems_per_thread;
-  constexpr int NT = C.threads_per_block;
-  Acc* smem = staging_smem<Acc>();
-  __shared__ BlockScanStorage<Acc> storage;
-
-  const bool rev = !p.reverse;  // the backward scan runs against the forward direction
-  const bool fwd_rev = p.reverse;
+  const bool rev = kBackward != p.reverse;
   const TileOrder tiles = tile_order<C.tile_len(), false>(p.seq_len, rev);
   const ChainedTile tile = chained_tile(p.chain_workspace, tiles.num_tiles);
-  int64_t off[kNumBwdSlots];
+  int64_t off[kBackward ? kNumBwdSlots : kNumFwdSlots];
   p.index.offsets(tile.seq, off);
   const auto& es = p.index.elem_strides;
   const int64_t start = tiles.start(tile.k), len = p.seq_len;
-  const T* c = static_cast<const T*>(p.coeffs) + off[kBwdCoeffs];
-  Acc gs[E], cs[E];
-  load_tile<C.memcode>(gs, static_cast<const T*>(p.d_outputs) + off[kBwdDOutputs], es[kBwdDOutputs], start, len, Acc(0),
-                       smem);
-  load_tile<C.memcode>(cs, c, es[kBwdCoeffs], start, len, Acc(1), smem);
-  const Acc first_coeff = shift_bwd_coeffs(cs, c, es[kBwdCoeffs], start, len, fwd_rev);
   TileStatus<Acc>* statuses = ChainWorkspaceLayout::statuses<Acc>(p.chain_workspace) + tile.seq * tiles.num_tiles;
-  scan_chained_tile<E, NT>(gs, cs, rev, storage, statuses, tile.k, Acc(0));
-  store_tile<C.memcode>(static_cast<T*>(p.d_inputs) + off[kBwdDInputs], es[kBwdDInputs], gs, start, len, smem);
-  const Acc initial = p.initial ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kBwdInitial]]) : Acc(0);
-  store_bwd_coeffs<C.memcode>(gs, static_cast<const T*>(p.outputs) + off[kBwdOutputs], es[kBwdOutputs],
-                              static_cast<T*>(p.d_coeffs) + off[kBwdDCoeffs], es[kBwdDCoeffs], start, len, fwd_rev,
-                              initial, first_coeff, static_cast<T*>(p.d_initial) + off[kBwdDInitial], smem);
+  // The scanned values (inputs, or d_outputs for the backward) and the coefficients.
+  constexpr int kV = kBackward ? int(kBwdDOutputs) : int(kFwdInputs);
+  constexpr int kC = kBackward ? int(kBwdCoeffs) : int(kFwdCoeffs);
+  constexpr int kInitial = kBackward ? int(kBwdInitial) : int(kFwdInitial);
+  const T* values;
+  if constexpr (kBackward) values = static_cast<const T*>(p.d_outputs) + off[kV];
+  else values = static_cast<const T*>(p.inputs) + off[kV];
+  const T* c = static_cast<const T*>(p.coeffs) + off[kC];
+  const Acc initial = p.initial ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kInitial]]) : Acc(0);
+  Acc vs[E], cs[E];
+  load_tile<C.memcode>(vs, values, es[kV], start, len, Acc(0), smem);
+  load_tile<C.memcode>(cs, c, es[kC], start, len, Acc(1), smem);
+
+  if constexpr (!kBackward) {
+    scan_chained_tile<E, NT>(vs, cs, rev, storage, statuses, tile.k, initial);
+    store_tile<C.memcode>(static_cast<T*>(p.outputs) + off[kFwdOutputs], es[kFwdOutputs], vs, start, len, smem);
+  } else {
+    const Acc first_coeff = shift_bwd_coeffs(cs, c, es[kC], start, len, p.reverse);
+    scan_chained_tile<E, NT>(vs, cs, rev, storage, statuses, tile.k, Acc(0));
+    store_tile<C.memcode>(static_cast<T*>(p.d_inputs) + off[kBwdDInputs], es[kBwdDInputs], vs, start, len, smem);
+    store_bwd_coeffs<C.memcode>(vs, static_cast<const T*>(p.outputs) + off[kBwdOutputs], es[kBwdOutputs],
+                                static_cast<T*>(p.d_coeffs) + off[kBwdDCoeffs], es[kBwdDCoeffs], start, len,
+                                p.reverse, initial, first_coeff, static_cast<T*>(p.d_initial) + off[kBwdDInitial],
+                                smem);
+  }
 }
 
 template <typename T, TileConfig C, bool kBackward>
-constexpr auto chained_kernel() {
-  constexpr int M = static_cast<int>(C.memcode);
-  if constexpr (kBackward) return chained_bwd_kernel<T, C.elems_per_thread, C.threads_per_block, M>;
-  else return chained_fwd_kernel<T, C.elems_per_thread, C.threads_per_block, M>;
+constexpr auto chained_kernel_for() {
+  using Params = std::conditional_t<kBackward, BackwardParams, ForwardParams>;
+  return chained_kernel<T, C.elems_per_thread, C.threads_per_block, static_cast<int>(C.memcode), kBackward, Params>;
 }
 
 // Bytes of the chained kernels' workspace (zeroed by the caller) for this call.
@@ -123,7 +111,7 @@ template <typename T, bool kBackward, typename Params>
 void launch_chained(const Params& p, const TileConfig& config, cudaStream_t stream) {
   const std::string name = kBackward ? "linrec_chained_bwd" : "linrec_chained_fwd";
   dispatch_config(config, [&]<TileConfig C>() {
-    constexpr auto kernel = chained_kernel<T, C, kBackward>();
+    constexpr auto kernel = chained_kernel_for<T, C, kBackward>();
     constexpr int smem = tiled_dynamic_smem_bytes<acc_t<T>, C>();
     allow_dynamic_smem<C, smem>(kernel, name);
     if (p.chain_workspace == nullptr) throw std::runtime_error("linrec: " + name + " needs a workspace");
@@ -139,7 +127,7 @@ template <typename T, bool kBackward>
 cudaFuncAttributes chained_func_attrs(const TileConfig& config) {
   cudaFuncAttributes attrs{};
   dispatch_config(config, [&]<TileConfig C>() {
-    const cudaError_t err = cudaFuncGetAttributes(&attrs, chained_kernel<T, C, kBackward>());
+    const cudaError_t err = cudaFuncGetAttributes(&attrs, chained_kernel_for<T, C, kBackward>());
     if (err != cudaSuccess) throw std::runtime_error(std::string("linrec: cudaFuncGetAttributes: ") + cudaGetErrorString(err));
   }, kBackward ? "linrec_chained_bwd" : "linrec_chained_fwd");
   return attrs;

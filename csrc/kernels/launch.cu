@@ -26,29 +26,17 @@ namespace linrec {
 #define LINREC_DECLARE_TILED(T)                   \
   LINREC_DECLARE_SCHEDULE(T, Schedule::kOneTile)  \
   LINREC_DECLARE_SCHEDULE(T, Schedule::kPipe)
-#define LINREC_DECLARE_CHAINED(T)                                                                             \
-  extern template void launch_chained<T, false, ForwardParams>(const ForwardParams&, const TileConfig&,        \
-                                                               cudaStream_t);                                  \
-  extern template void launch_chained<T, true, BackwardParams>(const BackwardParams&, const TileConfig&,       \
-                                                              cudaStream_t);                                   \
-  extern template cudaFuncAttributes chained_func_attrs<T, false>(const TileConfig&);                          \
-  extern template cudaFuncAttributes chained_func_attrs<T, true>(const TileConfig&);
-#define LINREC_DECLARE_STRIDED(T)                                                                             \
-  extern template void launch_strided<T, false, ForwardParams>(const ForwardParams&, const TileConfig&,        \
-                                                               cudaStream_t);                                  \
-  extern template void launch_strided<T, true, BackwardParams>(const BackwardParams&, const TileConfig&,       \
-                                                              cudaStream_t);                                   \
-  extern template cudaFuncAttributes strided_func_attrs<T, false>(const TileConfig&);                          \
-  extern template cudaFuncAttributes strided_func_attrs<T, true>(const TileConfig&);
-#define LINREC_DECLARE_PACKED(T)                                                                              \
-  extern template void launch_packed<T, false, ForwardParams>(const ForwardParams&, const TileConfig&,         \
-                                                              cudaStream_t);                                   \
-  extern template void launch_packed<T, true, BackwardParams>(const BackwardParams&, const TileConfig&,        \
-                                                             cudaStream_t);                                    \
-  extern template cudaFuncAttributes packed_func_attrs<T, false>(const TileConfig&);                           \
-  extern template cudaFuncAttributes packed_func_attrs<T, true>(const TileConfig&);
+// A kernel family whose launch and attribute templates take <T, kBackward>.
+#define LINREC_DECLARE_FAMILY(T, LAUNCH, ATTRS)                                                                \
+  extern template void LAUNCH<T, false, ForwardParams>(const ForwardParams&, const TileConfig&, cudaStream_t);  \
+  extern template void LAUNCH<T, true, BackwardParams>(const BackwardParams&, const TileConfig&, cudaStream_t); \
+  extern template cudaFuncAttributes ATTRS<T, false>(const TileConfig&);                                        \
+  extern template cudaFuncAttributes ATTRS<T, true>(const TileConfig&);
 #define LINREC_DECLARE_ALL(T) \
-  LINREC_DECLARE_TILED(T) LINREC_DECLARE_CHAINED(T) LINREC_DECLARE_STRIDED(T) LINREC_DECLARE_PACKED(T)
+  LINREC_DECLARE_TILED(T)                                    \
+  LINREC_DECLARE_FAMILY(T, launch_chained, chained_func_attrs) \
+  LINREC_DECLARE_FAMILY(T, launch_strided, strided_func_attrs) \
+  LINREC_DECLARE_FAMILY(T, launch_packed, packed_func_attrs)
 LINREC_DECLARE_ALL(float)
 LINREC_DECLARE_ALL(double)
 LINREC_DECLARE_ALL(__half)
