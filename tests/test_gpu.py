@@ -127,6 +127,43 @@ def test_every_strided_config(config, dtype, reverse):
     check_fwd_bwd(lambda *a, **k: fn(*a, **k, **config_kwargs(config)), x, c, h0, reverse, dim=1)
 
 
+STRIDED_16BIT_LAYOUTS = {
+    # two channels a lane: even, unit-stride, aligned channels (a partial group of 64)
+    "pairs": lambda x: x,
+    # one channel a lane: odd channel count, odd base offset, channel stride 2
+    "odd_channels": lambda x: x[..., :45],
+    "misaligned": lambda x: x[..., 1:47],
+    "channel_stride_2": lambda x: x[..., ::2],
+}
+
+
+@pytest.mark.parametrize("config", STRIDED_CONFIGS, ids=[str(c) for c in STRIDED_CONFIGS])
+@pytest.mark.parametrize("layout", list(STRIDED_16BIT_LAYOUTS))
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_strided_16bit_layouts(config, layout, dtype, reverse):
+    """Channel-last 16-bit data, with and without the two-channels-a-lane path."""
+    from linrec.impl import cuda
+
+    chunk = config[0] * config[1] // 32
+    view = STRIDED_16BIT_LAYOUTS[layout]
+    x, c = (view(t) for t in inputs((3, 2 * chunk + 7, 92), dtype))
+    h0 = torch.randn(x.shape[0], x.shape[2], device="cuda").to(dtype)
+    fn = cuda.linrec_strided
+    check_fwd_bwd(lambda *a, **k: fn(*a, **k, **config_kwargs(config)), x, c, h0, reverse, dim=1)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_strided_16bit_broadcast_coeffs(reverse):
+    """Coefficients shared by all channels (stride 0 across them): one channel a lane."""
+    from linrec.impl import cuda
+
+    x, _ = inputs((2, 301, 64), torch.bfloat16)
+    c = (torch.rand(2, 301, 1, device="cuda") * 0.6 + 0.4).to(torch.bfloat16)
+    h0 = torch.randn(2, 64, device="cuda").to(torch.bfloat16)
+    check_fwd_bwd(cuda.linrec_strided, x, c, h0, reverse, dim=1)
+
+
 @pytest.mark.parametrize("config", PACKED_CONFIGS, ids=[str(c) for c in PACKED_CONFIGS])
 @pytest.mark.parametrize("length", [1, 5, 16, 33, "max"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

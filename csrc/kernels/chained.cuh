@@ -65,7 +65,8 @@ __global__ void __launch_bounds__(NT) chained_kernel(const Params p) {
   p.index.offsets(tile.seq, off);
   const auto& es = p.index.elem_strides;
   const int64_t start = tiles.start(tile.k), len = p.seq_len;
-  TileStatus<Acc>* statuses = ChainWorkspaceLayout::statuses<Acc>(p.chain_workspace) + tile.seq * tiles.num_tiles;
+  TileStatus<Acc>* statuses = ChainWorkspaceLayout::statuses<Acc>(p.chain_workspace) +
+                               tile.seq * tiles.num_tiles * kTileStatusSpacing;
   // The scanned values (inputs, or d_outputs for the backward) and the coefficients.
   constexpr int kV = kBackward ? int(kBwdDOutputs) : int(kFwdInputs);
   constexpr int kC = kBackward ? int(kBwdCoeffs) : int(kFwdCoeffs);
@@ -103,7 +104,7 @@ constexpr auto chained_kernel_for() {
 template <typename T>
 int64_t chained_workspace_bytes(int64_t num_seqs, int64_t seq_len, const TileConfig& config) {
   const int64_t tiles = (seq_len + config.tile_len() - 1) / config.tile_len();
-  return ChainWorkspaceLayout::bytes<acc_t<T>>(num_seqs * tiles);
+  return ChainWorkspaceLayout::bytes<acc_t<T>>(num_seqs * tiles * kTileStatusSpacing);
 }
 
 // Launches the chained kernel for `config`: one block per tile.

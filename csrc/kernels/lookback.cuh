@@ -131,6 +131,13 @@ __device__ __forceinline__ StatusValue<Acc> wait_status(const TileStatus<Acc>* s
   return v;
 }
 
+// Tile k's status is statuses[k * kTileStatusSpacing]: 64 bytes apart rather
+// than packed 16 bytes apart. Every waiting block polls the few statuses just
+// behind the newest tiles; packed, they share one or two L2 lines, and the
+// slices holding those lines serialize the polls. Measured on the H100, 1 x 2^24:
+// fp32 0.64 -> 0.68 of copy forward, bf16 0.49 -> 0.53.
+constexpr int kTileStatusSpacing = 4;
+
 // The state before tile k of a sequence whose tiles' statuses are `statuses`,
 // given this tile's total transform (total_y, total_c) and the state before the
 // sequence. Called by all 32 lanes of one warp; publishes this tile's statuses.
@@ -145,16 +152,17 @@ __device__ __forceinline__ Acc look_back(TileStatus<Acc>* statuses, int64_t k, A
     if (lane == 0) publish(&statuses[0], kInclusive, total_c * initial + total_y, Acc(0));
     return initial;
   }
-  if (lane == 0) publish(&statuses[k], kAggregate, total_y, total_c);
+  if (lane == 0) publish(&statuses[k * kTileStatusSpacing], kAggregate, total_y, total_c);
   // Transform of the tiles between the current window and k: s -> known_c * s + known_y.
   Acc known_y = Acc(0), known_c = Acc(1);
   for (int64_t end = k - 1;; end -= kWarpSize) {
     // Tile 0 is always inclusive, so lanes before it are never composed.
     const int64_t p = end - lane;
-    StatusValue<Acc> s = p >= 0 ? read_status(&statuses[p]) : StatusValue<Acc>{kInclusive, Acc(0), Acc(0)};
+    StatusValue<Acc> s = p >= 0 ? read_status(&statuses[p * kTileStatusSpacing])
+                                : StatusValue<Acc>{kInclusive, Acc(0), Acc(0)};
     const unsigned seen = __ballot_sync(kFullMask, s.flag == kInclusive);
     const int bound = seen ? __ffs(seen) - 1 : kWarpSize;  // lanes nearer than the nearest inclusive seen
-    if (s.flag == kNotReady && lane < bound) s = wait_status(&statuses[p]);
+    if (s.flag == kNotReady && lane < bound) s = wait_status(&statuses[p * kTileStatusSpacing]);
     const unsigned inclusive = __ballot_sync(kFullMask, s.flag == kInclusive);
     const int last = inclusive ? __ffs(inclusive) - 1 : kWarpSize - 1;  // the nearest lane with an inclusive
     Acc y = lane <= last ? s.y : Acc(0), c = lane <= last ? s.c : Acc(1);
@@ -174,36 +182,50 @@ __device__ __forceinline__ Acc look_back(TileStatus<Acc>* statuses, int64_t k, A
     if (inclusive) break;
   }
   // With an inclusive predecessor folded in, the transform is constant: its value is the state.
-  if (lane == 0) publish(&statuses[k], kInclusive, total_c * known_y + total_y, Acc(0));
+  if (lane == 0) publish(&statuses[k * kTileStatusSpacing], kInclusive, total_c * known_y + total_y, Acc(0));
   return known_y;
 }
 
 // The per-thread variant of look_back, for kernels where every thread scans its
-// own sequence (strided.cuh): the state before chunk k of one sequence whose
-// chunk statuses are statuses[0], statuses[stride], ... Walks back one chunk at
-// a time: those kernels keep only a few chunks of a sequence in flight.
-template <typename Acc>
-__device__ __forceinline__ Acc look_back_thread(TileStatus<Acc>* statuses, int64_t stride, int64_t k,
-                                                Acc total_y, Acc total_c, Acc initial) {
+// own V adjacent sequences (strided.cuh): the states before chunk k of them,
+// whose chunk statuses are statuses[j], statuses[stride + j], ... for sequence
+// j. Walks back one chunk at a time: those kernels keep only a few chunks of a
+// sequence in flight. The V first reads are issued together.
+template <int V, typename Acc>
+__device__ __forceinline__ void look_back_thread(TileStatus<Acc>* statuses, int64_t stride, int64_t k,
+                                                 const Acc (&total_y)[V], const Acc (&total_c)[V],
+                                                 const Acc (&initial)[V], Acc (&state)[V]) {
   if (k == 0) {
-    publish(&statuses[0], kInclusive, total_c * initial + total_y, Acc(0));
-    return initial;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      publish(&statuses[j], kInclusive, total_c[j] * initial[j] + total_y[j], Acc(0));
+      state[j] = initial[j];
+    }
+    return;
   }
   // Chunks are numbered chunk-major, so the predecessor has usually finished:
   // then this chunk publishes its inclusive status only.
-  StatusValue<Acc> s = read_status(&statuses[(k - 1) * stride]);
-  if (s.flag != kInclusive) publish(&statuses[k * stride], kAggregate, total_y, total_c);
-  Acc known_y = Acc(0), known_c = Acc(1);  // the chunks between p and k: s -> known_c * s + known_y
-  for (int64_t p = k - 1;; --p) {
-    if (p != k - 1) s = read_status(&statuses[p * stride]);
-    if (s.flag == kNotReady) s = wait_status(&statuses[p * stride]);
-    known_y = known_c * s.y + known_y;
-    known_c = known_c * s.c;
-    if (s.flag == kInclusive) break;
+  StatusValue<Acc> first[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) first[j] = read_status(&statuses[(k - 1) * stride + j]);
+#pragma unroll
+  for (int j = 0; j < V; ++j)
+    if (first[j].flag != kInclusive) publish(&statuses[k * stride + j], kAggregate, total_y[j], total_c[j]);
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    Acc known_y = Acc(0), known_c = Acc(1);  // the chunks between p and k: s -> known_c * s + known_y
+    StatusValue<Acc> s = first[j];
+    for (int64_t p = k - 1;; --p) {
+      if (p != k - 1) s = read_status(&statuses[p * stride + j]);
+      if (s.flag == kNotReady) s = wait_status(&statuses[p * stride + j]);
+      known_y = known_c * s.y + known_y;
+      known_c = known_c * s.c;
+      if (s.flag == kInclusive) break;
+    }
+    // known_c is now 0: the state is known_y.
+    publish(&statuses[k * stride + j], kInclusive, total_c[j] * known_y + total_y[j], Acc(0));
+    state[j] = known_y;
   }
-  // known_c is now 0: the state is known_y.
-  publish(&statuses[k * stride], kInclusive, total_c * known_y + total_y, Acc(0));
-  return known_y;
 }
 
 }  // namespace linrec

@@ -68,10 +68,10 @@ def time_case(fn, x, c, dim, backward, reps):
     return device_ms(step, reps=reps), eager_ms(step, reps=reps)
 
 
-def run(dtypes, reps, max_hop_elems, only):
+def run(dtypes, reps, max_hop_elems, only, impl_names=None):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     copy = copy_bandwidth_gbs()
-    impls = implementations()
+    impls = {k: v for k, v in implementations().items() if not impl_names or k in impl_names}
     rows = []
     for dtype in dtypes:
         for case in cases(sms):
@@ -152,10 +152,12 @@ def main(argv=None):
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--max-hop-elems", type=int, default=2**24, help="skip linrec_hop above this size")
     parser.add_argument("--only", default="", help="run the cases whose name contains this")
+    parser.add_argument("--impls", nargs="+", default=None,
+                        help="time only these implementations (the torch baselines always run)")
     parser.add_argument("--json", default="bench.json")
     parser.add_argument("--png", default="bench.png")
     args = parser.parse_args(argv)
-    copy, rows = run([getattr(torch, d) for d in args.dtypes], args.reps, args.max_hop_elems, args.only)
+    copy, rows = run([getattr(torch, d) for d in args.dtypes], args.reps, args.max_hop_elems, args.only, args.impls)
     print(f"device: {torch.cuda.get_device_name()}, copy bandwidth {copy:.0f} GB/s (read + write)")
     print_table(rows)
     with open(args.json, "w") as f:

@@ -90,8 +90,8 @@ def linrec_chained(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems
 
 def linrec_strided(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems_per_thread=16,
                    threads_per_block=256, memcode=0, algocode=3):
-    """Lanes across 32 sequences, elems_per_thread steps per thread, threads_per_block / 32 warps
-    splitting a chunk of time; see linrec.compiled_configs("strided")."""
+    """Lanes across 32 sequences (64 for 16-bit channel pairs), elems_per_thread steps per thread,
+    threads_per_block / 32 warps splitting a chunk of time; see linrec.compiled_configs("strided")."""
     return _run_config("strided", KERNEL_STRIDED, inputs, coeffs, reverse, dim, initial,
                        (elems_per_thread, threads_per_block, memcode, algocode))
 
