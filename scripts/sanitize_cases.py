@@ -20,12 +20,17 @@ for dtype in (torch.float32, torch.bfloat16):
                     continue
                 leaves = [v.clone().requires_grad_() for v in (x, c, h0)]
                 fn(*leaves[:2], reverse, initial=leaves[2], **kw).sum().backward()
-        # Strided: channel-last (T, D) over dim 0; packed: sequences of 100 elements.
+        # Strided: channel-last (T, D) over dim 0, 3 channels (one a lane) and, for 16-bit
+        # storage, 66 (two a lane, a partial group); packed: sequences of 100 elements.
         xt, ct = x.t().contiguous(), c.t().contiguous()
+        xw = torch.randn(1030, 66, device="cuda").to(dtype)
+        cw = (torch.rand_like(xw) * 0.5 + 0.5).to(dtype)
+        hw = torch.randn(66, device="cuda").to(dtype)
         for e, t, m, a in linrec.compiled_configs("strided"):
-            leaves = [v.clone().requires_grad_() for v in (xt, ct, h0)]
-            cuda.linrec_strided(*leaves[:2], reverse, dim=0, initial=leaves[2], elems_per_thread=e,
-                                threads_per_block=t, memcode=m, algocode=a).sum().backward()
+            for inputs in ((xt, ct, h0), (xw, cw, hw)):
+                leaves = [v.clone().requires_grad_() for v in inputs]
+                cuda.linrec_strided(*leaves[:2], reverse, dim=0, initial=leaves[2], elems_per_thread=e,
+                                    threads_per_block=t, memcode=m, algocode=a).sum().backward()
         for e, t, m, a in linrec.compiled_configs("packed"):
             leaves = [v.clone().requires_grad_() for v in (x[:, :100], c[:, :100], h0)]
             cuda.linrec_packed(*leaves[:2], reverse, initial=leaves[2], elems_per_thread=e,
