@@ -38,8 +38,11 @@ constexpr int kStridedMaxWarps = 32;
 
 // Sequences a lane scans: two adjacent channels for 16-bit storage when the
 // layout allows (strided_pairs_channels), so a warp's time step is one 128-byte
-// L2 line. With one 2-byte channel a lane a step is 64 bytes, and the H100 then
-// moved about 1.5x the bytes from DRAM (ncu, (4096, 16384) bf16): 0.36 of copy.
+// L2 line. With one 2-byte channel a lane a step is 64 bytes, and the H100
+// read about 1.5x the needed bytes from DRAM (ncu, (4096, 16384) bf16). Pairs
+// alone measured only 1125 -> 1202 GB/s forward there: a chunk of bf16 took as
+// long as one of fp32 at every config, so the chain of chunks, not the bytes,
+// bounds the 16-bit kernel.
 constexpr int kStridedMaxChannelsPerLane = 2;
 
 template <typename Acc, int V>
@@ -196,7 +199,7 @@ __global__ void __launch_bounds__(NT) strided_kernel(const Params p) {
 
   // Step 3. With 16-bit storage the slice is loaded again (an L2 hit: it was
   // loaded microseconds before) rather than held through the look-back. H100,
-  // (4096, 16384) bf16 8x128: 1205 -> 1320 GB/s forward, 1397 -> 1722 backward;
+  // (4096, 16384) bf16 8x128: 1202 -> 1320 GB/s forward, 1397 -> 1722 backward;
   // float32 loses (16x128: 2818 -> 1803 forward), so it keeps its registers.
   if constexpr (sizeof(T) == 2) load_slice(v, a);
   Acc state[V];
