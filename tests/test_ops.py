@@ -142,3 +142,16 @@ def test_build_info():
 def test_compiled_configs_names_the_kernel():
     with pytest.raises(ValueError, match="kernel='scan'"):
         linrec.compiled_configs("scan")
+
+
+def test_tune_best_table_uses_the_dtype_tolerance():
+    """linrec.tune keeps the fastest run under the error bound it is given (16-bit runs err ~1e-3)."""
+    from linrec.tune import MAX_ERROR, best_table
+
+    rows = [
+        dict(kernel="strided", length=64, config=(8, 128, 0, 3), error=2e-3, fwd_gbs=900.0),
+        dict(kernel="strided", length=64, config=(8, 256, 0, 3), error=1.6e-3, fwd_gbs=1300.0),
+        dict(kernel="strided", length=64, config=(16, 128, 0, 3), error=float("nan"), fwd_gbs=5000.0),
+    ]
+    assert best_table(rows, "strided", "fwd", MAX_ERROR["bfloat16"]) == [(64, 1300.0, (8, 256, 0, 3))]
+    assert best_table(rows, "strided", "fwd", MAX_ERROR["float32"]) == []
