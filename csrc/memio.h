@@ -250,7 +250,7 @@ __device__ __forceinline__ void shift_window(Acc (&v)[E], const T* seq, int64_t 
 // segment and nothing is loaded. All 32 lanes of the warp must call this together.
 template <int E, typename Acc>
 __device__ __forceinline__ void shift_segment(Acc (&v)[E], int width, int64_t len, Acc fill, bool from_next) {
-  const int64_t first = static_cast<int64_t>(threadIdx.x % width) * E;
+  const int64_t first = static_cast<int64_t>(threadIdx.x & (width - 1)) * E;  // width is a power of two
   if (from_next) {
     const Acc edge = __shfl_down_sync(kFullMask, v[0], 1, width);  // the next lane's first element
 #pragma unroll

@@ -29,6 +29,13 @@ struct SeqIndexer {
   int64_t elem_strides[kTensors] = {};
 
   LINREC_HD void offsets(int64_t n, int64_t (&out)[kTensors]) const {
+    // One dim (or none: a single sequence, n = 0) is the common case, and takes
+    // no division: short-sequence kernels wait on this before their first load.
+    if (num_dims <= 1) {
+LINREC_UNROLL
+      for (int t = 0; t < kTensors; ++t) out[t] = n * seq_strides[t][0];
+      return;
+    }
 LINREC_UNROLL
     for (int t = 0; t < kTensors; ++t) out[t] = 0;
 LINREC_UNROLL

@@ -22,12 +22,19 @@
 
 namespace linrec {
 
-// Lanes per sequence: the power of two that holds len elements at E per lane.
+// Lanes per sequence: the power of two 2^shift that holds len elements at E
+// per lane. Kernels split threads by shifts, not divisions: the address of a
+// short sequence's first load waits on this arithmetic.
+template <int E>
+__host__ __device__ __forceinline__ int packed_width_shift(int64_t len) {
+  int shift = 0;
+  while ((static_cast<int64_t>(E) << shift) < len) ++shift;
+  return shift;
+}
+
 template <int E>
 __host__ __device__ __forceinline__ int packed_width(int64_t len) {
-  int width = 1;
-  while (static_cast<int64_t>(width) * E < len) width *= 2;
-  return width;
+  return 1 << packed_width_shift<E>(len);
 }
 
 // Scans this thread's E elements of its segment's sequence; `initial` enters
@@ -45,15 +52,15 @@ __device__ __forceinline__ void scan_segment(Acc (&y)[E], Acc (&c)[E], bool rev,
 template <typename T, int E, int NT>
 __global__ void __launch_bounds__(NT) packed_fwd_kernel(const ForwardParams p) {
   using Acc = acc_t<T>;
-  const int width = packed_width<E>(p.seq_len);
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * (NT / width) + threadIdx.x / width;
+  const int shift = packed_width_shift<E>(p.seq_len), width = 1 << shift;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * (NT >> shift) + (threadIdx.x >> shift);
   // Every lane takes part in the shuffles; lanes past the last sequence see length 0.
   const bool active = n < p.num_seqs;
   const int64_t len = active ? p.seq_len : 0;
   int64_t off[kNumFwdSlots];
   p.index.offsets(active ? n : 0, off);
   const auto& es = p.index.elem_strides;
-  const int64_t first = static_cast<int64_t>(threadIdx.x % width) * E;
+  const int64_t first = static_cast<int64_t>(threadIdx.x & (width - 1)) * E;
   Acc xs[E], cs[E];
   load_vector(xs, static_cast<const T*>(p.inputs) + off[kFwdInputs], es[kFwdInputs], first, len, Acc(0));
   load_vector(cs, static_cast<const T*>(p.coeffs) + off[kFwdCoeffs], es[kFwdCoeffs], first, len, Acc(1));
@@ -65,14 +72,14 @@ __global__ void __launch_bounds__(NT) packed_fwd_kernel(const ForwardParams p) {
 template <typename T, int E, int NT>
 __global__ void __launch_bounds__(NT) packed_bwd_kernel(const BackwardParams p) {
   using Acc = acc_t<T>;
-  const int width = packed_width<E>(p.seq_len);
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * (NT / width) + threadIdx.x / width;
+  const int shift = packed_width_shift<E>(p.seq_len), width = 1 << shift;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * (NT >> shift) + (threadIdx.x >> shift);
   const bool active = n < p.num_seqs;
   const int64_t len = active ? p.seq_len : 0;
   int64_t off[kNumBwdSlots];
   p.index.offsets(active ? n : 0, off);
   const auto& es = p.index.elem_strides;
-  const int64_t first = static_cast<int64_t>(threadIdx.x % width) * E;
+  const int64_t first = static_cast<int64_t>(threadIdx.x & (width - 1)) * E;
   const bool fwd_rev = p.reverse;
   const int64_t first_step = fwd_rev ? len - 1 : 0;  // the forward direction's first step
   const Acc initial = p.initial && active ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kBwdInitial]]) : Acc(0);

@@ -62,7 +62,7 @@ __device__ __forceinline__ Acc shfl_prev(Acc v, int delta, bool rev, int width) 
 template <typename Acc>
 __device__ __forceinline__ void scan_warp(Acc& y, Acc& c, bool rev, Acc& ex_y, Acc& ex_c,
                                           int width = kWarpSize) {
-  const int lane = threadIdx.x % width;
+  const int lane = threadIdx.x & (width - 1);  // width is a power of two
   const int logical_lane = rev ? width - 1 - lane : lane;
 #pragma unroll
   for (int delta = 1; delta < kWarpSize; delta *= 2) {
