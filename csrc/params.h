@@ -28,10 +28,14 @@ struct SeqIndexer {
   int64_t seq_strides[kTensors][kMaxSeqDims] = {};
   int64_t elem_strides[kTensors] = {};
 
+  // kOneDimFastPath: sequences along one dim (or none: a single sequence, n = 0)
+  // are the common case and need no division, which short-sequence kernels wait
+  // on before their first load (H100, 13200 x 16 fp32: 3.3 -> 2.7 us forward).
+  // The strided kernels leave it out: there the branch measured slower
+  // (channel-last bf16 forward+backward 0.49 -> 0.45 of copy).
+  template <bool kOneDimFastPath = true>
   LINREC_HD void offsets(int64_t n, int64_t (&out)[kTensors]) const {
-    // One dim (or none: a single sequence, n = 0) is the common case, and takes
-    // no division: short-sequence kernels wait on this before their first load.
-    if (num_dims <= 1) {
+    if (kOneDimFastPath && num_dims <= 1) {
 LINREC_UNROLL
       for (int t = 0; t < kTensors; ++t) out[t] = n * seq_strides[t][0];
       return;

@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(NT) strided_kernel(const Params p) {
   constexpr int kSlots = kBackward ? kNumBwdSlots : kNumFwdSlots;
   int64_t off[V][kSlots];  // the offsets of each of the lane's sequences
 #pragma unroll
-  for (int j = 0; j < V; ++j) p.index.offsets(active ? n + j : 0, off[j]);
+  for (int j = 0; j < V; ++j) p.index.template offsets</*kOneDimFastPath=*/false>(active ? n + j : 0, off[j]);
   const auto& es = p.index.elem_strides;
   const int64_t len = p.seq_len;
   // Scan order: step q is element pos(q); the backward runs against the forward direction.
