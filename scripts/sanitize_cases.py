@@ -35,7 +35,7 @@ for dtype in (torch.float32, torch.bfloat16):
             leaves = [v.clone().requires_grad_() for v in (x[:, :100], c[:, :100], h0)]
             cuda.linrec_packed(*leaves[:2], reverse, initial=leaves[2], elems_per_thread=e,
                                threads_per_block=t, memcode=m, algocode=a).sum().backward()
-        # Chained over 512 tiles of 256: look-back past its first window (wide statuses).
+        # Chained over 512 tiles of 256: look-back past its first window of 32 tiles.
         xl = torch.randn(2, 2**17 + 3, device="cuda").to(dtype)
         cl = (torch.rand_like(xl) * 0.5 + 0.5).to(dtype)
         leaves = [v.clone().requires_grad_() for v in (xl, cl)]
