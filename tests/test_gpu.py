@@ -37,7 +37,9 @@ def inputs(shape, dtype, device="cuda"):
 def check_fwd_bwd(fn, x, c, h0, reverse, dim=-1):
     """Forward and all three gradients of fn against autograd through the float64 reference."""
     tol = TOL[x.dtype]
-    leaves = [t.detach().clone().requires_grad_() for t in (x, c, h0)]
+    # detach() keeps each view's strides and offset; clone() would make a
+    # strided or misaligned view contiguous before the op saw it.
+    leaves = [t.detach().requires_grad_() for t in (x, c)] + [h0.detach().clone().requires_grad_()]
     poison(3 * x.numel() * x.element_size())
     y = fn(leaves[0], leaves[1], reverse, dim=dim, initial=leaves[2])
     dy = torch.randn_like(y)

@@ -17,7 +17,8 @@ TOL = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 1e-2}
 
 
 def check(fn, x, c, h0, reverse, dim=-1):
-    leaves = [t.clone().requires_grad_() for t in (x, c, h0)]
+    # detach() keeps a view's strides; clone() would make a strided view contiguous.
+    leaves = [t.detach().requires_grad_() for t in (x, c)] + [h0.detach().clone().requires_grad_()]
     y = fn(leaves[0], leaves[1], reverse, dim=dim, initial=leaves[2])
     dy = torch.randn_like(y)
     grads = torch.autograd.grad(y, leaves, dy, allow_unused=True)
