@@ -13,6 +13,7 @@ enum class MemCode : int {
   kDirect = 0,     // each thread loads its own elements, one by one
   kVector = 1,     // each thread loads its own elements, 16 bytes at a time
   kCoalesced = 2,  // the block loads consecutive elements, staged in shared memory
+  kStaged = 3,     // chained kernels only: the whole tile copied into shared memory (cp.async)
 };
 
 // Which levels of the block scan run (scan.cuh). Anything below kBlock gives

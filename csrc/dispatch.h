@@ -60,6 +60,13 @@ constexpr auto CONFIG_LIST = concat(
 constexpr auto STRIDED_CONFIG_LIST = product(std::array{8, 16}, std::array{128, 256, 512},
                                              std::array{MemCode::kDirect}, std::array{AlgoCode::kBlock});
 
+// The chained kernels take the tile configs, plus tiles staged whole in shared
+// memory (MemCode::kStaged): registers then hold no tile while it loads and
+// while the block looks back, so an SM keeps more bytes in flight.
+constexpr auto CHAINED_CONFIG_LIST =
+    concat(CONFIG_LIST, product(std::array{16, 32}, std::array{128, 256}, std::array{MemCode::kStaged},
+                                std::array{AlgoCode::kBlock}));
+
 // The packed kernels (packed.cuh): sequences of at most 32 * elems_per_thread
 // elements, several to a warp, threads_per_block threads to a block.
 constexpr auto PACKED_CONFIG_LIST = product(std::array{4, 8}, std::array{128, 256},

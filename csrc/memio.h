@@ -166,6 +166,58 @@ __device__ __forceinline__ void store_tile(T* seq, int64_t stride, const Acc (&s
   }
 }
 
+// kStaged (chained kernels): the block copies a tensor's whole tile into shared
+// memory in the storage type, 16 bytes a thread at a time with cp.async, so no
+// register waits on the load; threads then read their elements from there.
+// Thread t's E elements form row t, followed by 16 bytes of padding so that
+// neighbouring rows start in different banks.
+template <typename T, int E>
+constexpr int staged_row_bytes() {
+  static_assert(E * sizeof(T) % 16 == 0, "a staged row is whole 16-byte chunks");
+  return E * static_cast<int>(sizeof(T)) + 16;
+}
+
+template <typename T, int E, int NT>
+constexpr int staged_tile_bytes() {
+  return NT * staged_row_bytes<T, E>();
+}
+
+// Element e (0 <= e < E * NT) of a staged tile.
+template <typename T, int E>
+__device__ __forceinline__ T& staged_at(unsigned char* tile, int e) {
+  return reinterpret_cast<T*>(tile + (e / E) * staged_row_bytes<T, E>())[e % E];
+}
+
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem) {
+  const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory"); }
+
+// Copies the tile at `start` of `seq` into `tile`: asynchronously when it is
+// unit-stride, 16-byte aligned and whole, else element by element (`fill` past
+// len). Wait for it with cp_async_wait, then a block barrier.
+template <int E, int NT, typename T>
+__device__ __forceinline__ void stage_tile(unsigned char* tile, const T* seq, int64_t stride, int64_t start,
+                                           int64_t len, T fill) {
+  constexpr int kTileLen = E * NT;
+  constexpr int kChunk = 16 / static_cast<int>(sizeof(T));  // elements a 16-byte copy
+  constexpr int kChunksPerRow = E / kChunk;
+  if (stride == 1 && start + kTileLen <= len && reinterpret_cast<uintptr_t>(seq + start) % 16 == 0) {
+#pragma unroll
+    for (int k = threadIdx.x; k < NT * kChunksPerRow; k += NT)
+      cp_async_16(tile + (k / kChunksPerRow) * staged_row_bytes<T, E>() + (k % kChunksPerRow) * 16,
+                  seq + start + static_cast<int64_t>(k) * kChunk);
+  } else {
+    for (int e = threadIdx.x; e < kTileLen; e += NT) {
+      const int64_t pos = start + e;
+      staged_at<T, E>(tile, e) = pos < len ? seq[pos * stride] : fill;
+    }
+  }
+}
+
 // A tile loaded ahead of its scan (the pipe and chained schedules). Vector and
 // direct loads stay in the storage type until `take` converts them: a 16-bit
 // tile then holds half the registers, and no conversion waits on a load still

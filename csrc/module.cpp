@@ -34,19 +34,20 @@ PyObject* config_list(const List& configs) {
   return list;
 }
 
-// compiled_configs(family): the configs of a kernel family, "tiled" (tile, pipe
-// and chained), "strided" or "packed"; none in a CPU-only build.
+// compiled_configs(family): the configs of a kernel family, "tiled" (tile and
+// pipe), "chained", "strided" or "packed"; none in a CPU-only build.
 PyObject* compiled_configs(PyObject*, PyObject* args) {
   const char* family = nullptr;
   if (!PyArg_ParseTuple(args, "s", &family)) return nullptr;
   const std::string name(family);
-  if (name != "tiled" && name != "strided" && name != "packed") {
-    PyErr_SetString(PyExc_ValueError, "family must be 'tiled', 'strided' or 'packed'");
+  if (name != "tiled" && name != "chained" && name != "strided" && name != "packed") {
+    PyErr_SetString(PyExc_ValueError, "family must be 'tiled', 'chained', 'strided' or 'packed'");
     return nullptr;
   }
 #if defined(LINREC_WITH_CUDA)
   if (name == "strided") return config_list(linrec::STRIDED_CONFIG_LIST);
   if (name == "packed") return config_list(linrec::PACKED_CONFIG_LIST);
+  if (name == "chained") return config_list(linrec::CHAINED_CONFIG_LIST);
   return config_list(linrec::CONFIG_LIST);
 #else
   return PyList_New(0);

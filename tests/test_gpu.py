@@ -20,6 +20,7 @@ IMPLS = list(gpu_impls()) if HAS_CUDA_KERNELS else ["linrec"]
 CONFIGS = linrec.compiled_configs()
 STRIDED_CONFIGS = linrec.compiled_configs("strided")
 PACKED_CONFIGS = linrec.compiled_configs("packed")
+STAGED_CONFIGS = [c for c in linrec.compiled_configs("chained") if c[2] == 3]
 
 
 def poison(nbytes: int) -> None:
@@ -98,7 +99,30 @@ def test_every_config(kernel, config, dtype, reverse):
     check_fwd_bwd(lambda *a, **k: fn(*a, **k, **config_kwargs(config)), x, c, h0, reverse)
 
 
-@pytest.mark.parametrize("config", [(4, 64, 1, 3), (16, 256, 1, 3)], ids=str)
+@pytest.mark.parametrize("config", STAGED_CONFIGS, ids=[str(c) for c in STAGED_CONFIGS])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("layout", ["contiguous", "misaligned", "strided"])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_every_staged_chained_config(config, dtype, layout, reverse):
+    """Chained tiles staged in shared memory: whole aligned tiles (copied
+    asynchronously), a misaligned start and a strided view (copied element by
+    element), each with a partial last tile."""
+    from linrec.impl import cuda
+
+    length = 3 * config[0] * config[1] + 8  # rows stay 16-byte aligned
+    x, c = inputs((5, 2 * length + 8), dtype)
+    if layout == "contiguous":
+        x, c = x[:, :length].contiguous(), c[:, :length].contiguous()
+    elif layout == "misaligned":
+        x, c = x[:, 1 : length + 1], c[:, 1 : length + 1]
+    else:
+        x, c = x[:, ::2], c[:, 1::2]
+    h0 = torch.randn(5, device="cuda").to(dtype)
+    fn = cuda.linrec_chained
+    check_fwd_bwd(lambda *a, **k: fn(*a, **k, **config_kwargs(config)), x, c, h0, reverse)
+
+
+@pytest.mark.parametrize("config", [(4, 64, 1, 3), (16, 256, 1, 3), *STAGED_CONFIGS[:2]], ids=str)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("reverse", [False, True])
 def test_chained_many_tiles(config, dtype, reverse):

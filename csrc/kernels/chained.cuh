@@ -94,10 +94,149 @@ __global__ void __launch_bounds__(NT) chained_kernel(const Params p) {
   }
 }
 
+// The chained kernels with the tile staged in shared memory (MemCode::kStaged).
+// A block with its tile in registers holds E registers a tensor for the whole
+// of its life, most of which is the look-back (H100, 1 x 2^24 fp32: 9 of about
+// 9.5 µs past the load; benchmarks/NOTES.md), and registers cap the tiles in
+// flight at about 12 an SM. Here the tile waits in shared memory instead:
+//   1. the block stages its tensors' tiles (cp.async; the backward's outputs in
+//      a second group, needed only after the look-back);
+//   2. each thread folds its E elements, read from shared memory, into its
+//      transform; the block scan and the look-back find the state before it;
+//   3. each thread rescans its elements and writes the results in place; the
+//      block then stores the tile with consecutive threads on consecutive
+//      elements (the backward computes d_coeffs as it stores).
+template <typename T, int E, int NT, bool kBackward, typename Params>
+__global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
+  using Acc = acc_t<T>;
+  constexpr int kTileLen = E * NT;
+  constexpr int kTileBytes = staged_tile_bytes<T, E, NT>();
+  extern __shared__ __align__(16) unsigned char staged[];
+  __shared__ BlockScanStorage<Acc> storage;
+  __shared__ Acc edge_c, edge_y;  // the backward's neighbours of the tile (see below)
+
+  const bool rev = kBackward != p.reverse;
+  const TileOrder tiles = tile_order<kTileLen, false>(p.seq_len, rev);
+  const ChainedTile tile = chained_tile(p.chain_workspace, tiles.num_tiles);
+  int64_t off[kBackward ? kNumBwdSlots : kNumFwdSlots];
+  p.index.offsets(tile.seq, off);
+  const auto& es = p.index.elem_strides;
+  const int64_t start = tiles.start(tile.k), len = p.seq_len;
+  TileStatus<Acc>* statuses = ChainWorkspaceLayout::statuses<Acc>(p.chain_workspace) +
+                               tile.seq * tiles.num_tiles * kTileStatusSpacing;
+  constexpr int kV = kBackward ? int(kBwdDOutputs) : int(kFwdInputs);
+  constexpr int kC = kBackward ? int(kBwdCoeffs) : int(kFwdCoeffs);
+  constexpr int kInitial = kBackward ? int(kBwdInitial) : int(kFwdInitial);
+  const T* values;
+  if constexpr (kBackward) values = static_cast<const T*>(p.d_outputs) + off[kV];
+  else values = static_cast<const T*>(p.inputs) + off[kV];
+  const T* c = static_cast<const T*>(p.coeffs) + off[kC];
+  const Acc initial = p.initial ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kInitial]]) : Acc(0);
+  unsigned char* tile_v = staged;
+  unsigned char* tile_c = staged + kTileBytes;
+  unsigned char* tile_y = staged + 2 * kTileBytes;  // backward only: the forward's outputs
+
+  // Step 1.
+  stage_tile<E, NT>(tile_v, values, es[kV], start, len, T(from_acc<T>(Acc(0))));
+  stage_tile<E, NT>(tile_c, c, es[kC], start, len, T(from_acc<T>(Acc(1))));
+  cp_async_commit();
+  const T* y = nullptr;
+  // Backward, with "next" one step later in the forward direction: the scan's
+  // coefficient at l is coeffs[next(l)] (0 past the sequence), and d_coeffs[l]
+  // = d_inputs[l] * outputs[prev(l)] (initial before the first). Inside the
+  // tile both come from shared memory; one element each lies beyond its edge.
+  const int64_t fwd_step = p.reverse ? -1 : 1;
+  if constexpr (kBackward) {
+    y = static_cast<const T*>(p.outputs) + off[kBwdOutputs];
+    stage_tile<E, NT>(tile_y, y, es[kBwdOutputs], start, len, T(from_acc<T>(Acc(0))));
+    if (threadIdx.x == 0) {
+      const int64_t after = p.reverse ? start - 1 : start + kTileLen;  // next() of the tile's last element
+      const int64_t before = p.reverse ? start + kTileLen : start - 1;  // prev() of its first
+      edge_c = after >= 0 && after < len ? to_acc<Acc>(c[after * es[kC]]) : Acc(0);
+      edge_y = before >= 0 && before < len ? to_acc<Acc>(y[before * es[kBwdOutputs]]) : initial;
+    }
+  }
+  cp_async_commit();
+  cp_async_wait<1>();
+  __syncthreads();
+
+  // The scan's coefficient of tile element e.
+  auto coeff = [&](int e) -> Acc {
+    if constexpr (!kBackward) {
+      return to_acc<Acc>(staged_at<T, E>(tile_c, e));
+    } else {
+      const int next = e + static_cast<int>(fwd_step);
+      if (start + next >= len || start + next < 0) return Acc(0);
+      return next >= 0 && next < kTileLen ? to_acc<Acc>(staged_at<T, E>(tile_c, next)) : edge_c;
+    }
+  };
+  // Step 2.
+  const int row = static_cast<int>(threadIdx.x) * E;
+  Acc total_y = Acc(0), total_c = Acc(1);
+#pragma unroll 4
+  for (int i = 0; i < E; ++i) {
+    const int e = row + (rev ? E - 1 - i : i);
+    const Acc a = coeff(e);
+    total_y = a * total_y + to_acc<Acc>(staged_at<T, E>(tile_v, e));
+    total_c = a * total_c;
+  }
+  Acc ex_y, ex_c;
+  scan_warp(total_y, total_c, rev, ex_y, ex_c);
+  const Acc before_warp = scan_block<NT>(
+      total_y, total_c,
+      [&](Acc tile_y_total, Acc tile_c_total) {
+        return look_back(statuses, tile.k, tile_y_total, tile_c_total, kBackward ? Acc(0) : initial);
+      },
+      rev, storage);
+
+  // Step 3.
+  Acc state = ex_c * before_warp + ex_y;
+#pragma unroll 4
+  for (int i = 0; i < E; ++i) {
+    const int e = row + (rev ? E - 1 - i : i);
+    state = coeff(e) * state + to_acc<Acc>(staged_at<T, E>(tile_v, e));
+    staged_at<T, E>(tile_v, e) = from_acc<T>(state);
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+  if constexpr (!kBackward) {
+    T* out = static_cast<T*>(p.outputs) + off[kFwdOutputs];
+    for (int e = threadIdx.x; e < kTileLen; e += NT)
+      if (start + e < len) out[(start + e) * es[kFwdOutputs]] = staged_at<T, E>(tile_v, e);
+  } else {
+    T* dx = static_cast<T*>(p.d_inputs) + off[kBwdDInputs];
+    T* dc = static_cast<T*>(p.d_coeffs) + off[kBwdDCoeffs];
+    const int64_t first = p.reverse ? len - 1 : 0;  // the forward direction's first step
+    for (int e = threadIdx.x; e < kTileLen; e += NT) {
+      const int64_t pos = start + e;
+      if (pos >= len) continue;
+      const T g = staged_at<T, E>(tile_v, e);
+      const int prev = e - static_cast<int>(fwd_step);
+      const Acc y_prev = prev >= 0 && prev < kTileLen ? to_acc<Acc>(staged_at<T, E>(tile_y, prev)) : edge_y;
+      dx[pos * es[kBwdDInputs]] = g;
+      dc[pos * es[kBwdDCoeffs]] = from_acc<T>(to_acc<Acc>(g) * (pos == first ? initial : y_prev));
+      if (pos == first)
+        static_cast<T*>(p.d_initial)[off[kBwdDInitial]] = from_acc<T>(to_acc<Acc>(g) * to_acc<Acc>(staged_at<T, E>(tile_c, e)));
+    }
+  }
+}
+
 template <typename T, TileConfig C, bool kBackward>
 constexpr auto chained_kernel_for() {
   using Params = std::conditional_t<kBackward, BackwardParams, ForwardParams>;
-  return chained_kernel<T, C.elems_per_thread, C.threads_per_block, static_cast<int>(C.memcode), kBackward, Params>;
+  if constexpr (C.memcode == MemCode::kStaged)
+    return chained_staged_kernel<T, C.elems_per_thread, C.threads_per_block, kBackward, Params>;
+  else
+    return chained_kernel<T, C.elems_per_thread, C.threads_per_block, static_cast<int>(C.memcode), kBackward,
+                          Params>;
+}
+
+template <typename T, TileConfig C, bool kBackward>
+constexpr int chained_dynamic_smem_bytes() {
+  if constexpr (C.memcode == MemCode::kStaged)
+    return (kBackward ? 3 : 2) * staged_tile_bytes<T, C.elems_per_thread, C.threads_per_block>();
+  else
+    return tiled_dynamic_smem_bytes<acc_t<T>, C>();
 }
 
 // Bytes of the chained kernels' workspace (zeroed by the caller) for this call.
@@ -111,9 +250,9 @@ int64_t chained_workspace_bytes(int64_t num_seqs, int64_t seq_len, const TileCon
 template <typename T, bool kBackward, typename Params>
 void launch_chained(const Params& p, const TileConfig& config, cudaStream_t stream) {
   const std::string name = kBackward ? "linrec_chained_bwd" : "linrec_chained_fwd";
-  dispatch_config(config, [&]<TileConfig C>() {
+  dispatch_config<CHAINED_CONFIG_LIST>(config, [&]<TileConfig C>() {
     constexpr auto kernel = chained_kernel_for<T, C, kBackward>();
-    constexpr int smem = tiled_dynamic_smem_bytes<acc_t<T>, C>();
+    constexpr int smem = chained_dynamic_smem_bytes<T, C, kBackward>();
     allow_dynamic_smem<C, smem>(kernel, name);
     if (p.chain_workspace == nullptr) throw std::runtime_error("linrec: " + name + " needs a workspace");
     const int64_t blocks = p.num_seqs * tile_order<C.tile_len(), false>(p.seq_len, false).num_tiles;
@@ -127,7 +266,7 @@ void launch_chained(const Params& p, const TileConfig& config, cudaStream_t stre
 template <typename T, bool kBackward>
 cudaFuncAttributes chained_func_attrs(const TileConfig& config) {
   cudaFuncAttributes attrs{};
-  dispatch_config(config, [&]<TileConfig C>() {
+  dispatch_config<CHAINED_CONFIG_LIST>(config, [&]<TileConfig C>() {
     const cudaError_t err = cudaFuncGetAttributes(&attrs, chained_kernel_for<T, C, kBackward>());
     if (err != cudaSuccess) throw std::runtime_error(std::string("linrec: cudaFuncGetAttributes: ") + cudaGetErrorString(err));
   }, kBackward ? "linrec_chained_bwd" : "linrec_chained_fwd");

@@ -37,13 +37,14 @@ def build_info() -> dict:
     return info
 
 
-_CONFIG_FAMILIES = {"tile": "tiled", "pipe": "tiled", "chained": "tiled", "strided": "strided", "packed": "packed"}
+_CONFIG_FAMILIES = {"tile": "tiled", "pipe": "tiled", "chained": "chained", "strided": "strided", "packed": "packed"}
 
 
 def compiled_configs(kernel: str = "tile") -> list[tuple[int, int, int, int]]:
     """The compiled configs of a CUDA kernel as (elems_per_thread, threads_per_block, memcode, algocode).
 
-    tile, pipe and chained share one list; strided and packed have their own.
+    tile and pipe share one list; chained has those and its staged configs (memcode 3);
+    strided and packed have their own.
     """
     if kernel not in _CONFIG_FAMILIES:
         raise ValueError(f"linrec: kernel={kernel!r}; expected one of {', '.join(_CONFIG_FAMILIES)}")
