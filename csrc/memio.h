@@ -218,6 +218,27 @@ __device__ __forceinline__ void stage_tile(unsigned char* tile, const T* seq, in
   }
 }
 
+// Stores a staged tile to the tile at `start` of `seq` (positions past len are
+// not written): 16 bytes a thread when unit-stride, aligned and whole.
+template <int E, int NT, typename T>
+__device__ __forceinline__ void store_staged_tile(T* seq, int64_t stride, const unsigned char* tile, int64_t start,
+                                                  int64_t len) {
+  constexpr int kTileLen = E * NT;
+  constexpr int kChunk = 16 / static_cast<int>(sizeof(T));
+  constexpr int kChunksPerRow = E / kChunk;
+  if (stride == 1 && start + kTileLen <= len && reinterpret_cast<uintptr_t>(seq + start) % 16 == 0) {
+#pragma unroll
+    for (int k = threadIdx.x; k < NT * kChunksPerRow; k += NT)
+      *reinterpret_cast<uint4*>(seq + start + static_cast<int64_t>(k) * kChunk) = *reinterpret_cast<const uint4*>(
+          tile + (k / kChunksPerRow) * staged_row_bytes<T, E>() + (k % kChunksPerRow) * 16);
+  } else {
+    for (int e = threadIdx.x; e < kTileLen; e += NT) {
+      const int64_t pos = start + e;
+      if (pos < len) seq[pos * stride] = staged_at<T, E>(const_cast<unsigned char*>(tile), e);
+    }
+  }
+}
+
 // A tile loaded ahead of its scan (the pipe and chained schedules). Vector and
 // direct loads stay in the storage type until `take` converts them: a 16-bit
 // tile then holds half the registers, and no conversion waits on a load still

@@ -160,26 +160,59 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
   cp_async_wait<1>();
   __syncthreads();
 
-  // The scan's coefficient of tile element e.
-  auto coeff = [&](int e) -> Acc {
+  // Threads read and write their rows 16 bytes at a time: with the rows'
+  // padding, a quarter-warp's 16-byte accesses fall on distinct banks.
+  constexpr int kChunk = 16 / static_cast<int>(sizeof(T));
+  constexpr int kChunks = E / kChunk;
+  const int row = static_cast<int>(threadIdx.x) * E;  // this thread's first tile element
+  unsigned char* my_v = tile_v + threadIdx.x * staged_row_bytes<T, E>();
+  const unsigned char* my_c = tile_c + threadIdx.x * staged_row_bytes<T, E>();
+  // The scan's coefficients of chunk j of this thread's row, in element order.
+  auto chunk_coeffs = [&](int j, Acc (&a)[kChunk]) {
+    const uint4 raw = reinterpret_cast<const uint4*>(my_c)[j];
+    const T* cs = reinterpret_cast<const T*>(&raw);
     if constexpr (!kBackward) {
-      return to_acc<Acc>(staged_at<T, E>(tile_c, e));
+#pragma unroll
+      for (int i = 0; i < kChunk; ++i) a[i] = to_acc<Acc>(cs[i]);
     } else {
-      const int next = e + static_cast<int>(fwd_step);
-      if (start + next >= len || start + next < 0) return Acc(0);
-      return next >= 0 && next < kTileLen ? to_acc<Acc>(staged_at<T, E>(tile_c, next)) : edge_c;
+      // coeffs[next(l)]: from this chunk, else the neighbouring chunk or the
+      // tile's edge; 0 past the sequence.
+#pragma unroll
+      for (int i = 0; i < kChunk; ++i) {
+        const int e = row + j * kChunk + i, next = p.reverse ? e - 1 : e + 1;
+        const bool inside_chunk = p.reverse ? i > 0 : i + 1 < kChunk;
+        if (start + next < 0 || start + next >= len) a[i] = Acc(0);
+        else if (inside_chunk) a[i] = p.reverse ? to_acc<Acc>(cs[i > 0 ? i - 1 : 0]) : to_acc<Acc>(cs[i + 1 < kChunk ? i + 1 : i]);
+        else a[i] = next >= 0 && next < kTileLen ? to_acc<Acc>(staged_at<T, E>(tile_c, next)) : edge_c;
+      }
     }
   };
-  // Step 2.
-  const int row = static_cast<int>(threadIdx.x) * E;
+  auto chunk_values = [&](int j, Acc (&x)[kChunk]) {
+    const uint4 raw = reinterpret_cast<const uint4*>(my_v)[j];
+    const T* vs = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) x[i] = to_acc<Acc>(vs[i]);
+  };
+
+  // Step 2: fold this thread's elements in scan order.
   Acc total_y = Acc(0), total_c = Acc(1);
-#pragma unroll 4
-  for (int i = 0; i < E; ++i) {
-    const int e = row + (rev ? E - 1 - i : i);
-    const Acc a = coeff(e);
-    total_y = a * total_y + to_acc<Acc>(staged_at<T, E>(tile_v, e));
-    total_c = a * total_c;
-  }
+  auto fold_row = [&]<bool kRev>() {
+#pragma unroll
+    for (int jj = 0; jj < kChunks; ++jj) {
+      const int j = kRev ? kChunks - 1 - jj : jj;
+      Acc x[kChunk], a[kChunk];
+      chunk_values(j, x);
+      chunk_coeffs(j, a);
+#pragma unroll
+      for (int ii = 0; ii < kChunk; ++ii) {
+        const int i = kRev ? kChunk - 1 - ii : ii;
+        total_y = a[i] * total_y + x[i];
+        total_c = a[i] * total_c;
+      }
+    }
+  };
+  if (rev) fold_row.template operator()<true>();
+  else fold_row.template operator()<false>();
   Acc ex_y, ex_c;
   scan_warp(total_y, total_c, rev, ex_y, ex_c);
   const Acc before_warp = scan_block<NT>(
@@ -189,22 +222,34 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
       },
       rev, storage);
 
-  // Step 3.
+  // Step 3: rescan from the state before this thread, results in place.
   Acc state = ex_c * before_warp + ex_y;
-#pragma unroll 4
-  for (int i = 0; i < E; ++i) {
-    const int e = row + (rev ? E - 1 - i : i);
-    state = coeff(e) * state + to_acc<Acc>(staged_at<T, E>(tile_v, e));
-    staged_at<T, E>(tile_v, e) = from_acc<T>(state);
-  }
+  auto rescan_row = [&]<bool kRev>() {
+#pragma unroll
+    for (int jj = 0; jj < kChunks; ++jj) {
+      const int j = kRev ? kChunks - 1 - jj : jj;
+      Acc x[kChunk], a[kChunk];
+      chunk_values(j, x);
+      chunk_coeffs(j, a);
+      uint4 raw;
+      T* out = reinterpret_cast<T*>(&raw);
+#pragma unroll
+      for (int ii = 0; ii < kChunk; ++ii) {
+        const int i = kRev ? kChunk - 1 - ii : ii;
+        state = a[i] * state + x[i];
+        out[i] = from_acc<T>(state);
+      }
+      reinterpret_cast<uint4*>(my_v)[j] = raw;
+    }
+  };
+  if (rev) rescan_row.template operator()<true>();
+  else rescan_row.template operator()<false>();
   cp_async_wait<0>();
   __syncthreads();
   if constexpr (!kBackward) {
-    T* out = static_cast<T*>(p.outputs) + off[kFwdOutputs];
-    for (int e = threadIdx.x; e < kTileLen; e += NT)
-      if (start + e < len) out[(start + e) * es[kFwdOutputs]] = staged_at<T, E>(tile_v, e);
+    store_staged_tile<E, NT>(static_cast<T*>(p.outputs) + off[kFwdOutputs], es[kFwdOutputs], tile_v, start, len);
   } else {
-    T* dx = static_cast<T*>(p.d_inputs) + off[kBwdDInputs];
+    store_staged_tile<E, NT>(static_cast<T*>(p.d_inputs) + off[kBwdDInputs], es[kBwdDInputs], tile_v, start, len);
     T* dc = static_cast<T*>(p.d_coeffs) + off[kBwdDCoeffs];
     const int64_t first = p.reverse ? len - 1 : 0;  // the forward direction's first step
     for (int e = threadIdx.x; e < kTileLen; e += NT) {
@@ -213,7 +258,6 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
       const T g = staged_at<T, E>(tile_v, e);
       const int prev = e - static_cast<int>(fwd_step);
       const Acc y_prev = prev >= 0 && prev < kTileLen ? to_acc<Acc>(staged_at<T, E>(tile_y, prev)) : edge_y;
-      dx[pos * es[kBwdDInputs]] = g;
       dc[pos * es[kBwdDCoeffs]] = from_acc<T>(to_acc<Acc>(g) * (pos == first ? initial : y_prev));
       if (pos == first)
         static_cast<T*>(p.d_initial)[off[kBwdDInitial]] = from_acc<T>(to_acc<Acc>(g) * to_acc<Acc>(staged_at<T, E>(tile_c, e)));
