@@ -5,9 +5,6 @@ allocator is filled with NaN blocks that the op's allocations then reuse: an
 element the kernel fails to write shows up as NaN.
 """
 
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -314,27 +311,6 @@ def test_uncompiled_config_error():
 
     with pytest.raises(ValueError, match="is not compiled"):
         cuda.linrec_pipe(*inputs((2, 100), torch.float32), elems_per_thread=3)
-
-
-# Checks inside the compiled op (C++), reached by calling it directly, past the
-# Python checks. Each runs in a subprocess, so a crash fails the test instead of
-# ending the session.
-OP_ERROR_CASES = {
-    "cpu_dim": ("cpu", "x, x, None, 5, False, 0, 0, 0, 0, 3", "out of range"),
-    "cuda_dim": ("cuda", "x, x, None, 5, False, 0, 0, 0, 0, 3", "out of range"),
-    "cuda_staged_tile": ("cuda", "x, x, None, 1, False, 2, 16, 256, 3, 3", "memcode must be"),
-    "cuda_memcode": ("cuda", "x, x, None, 1, False, 4, 16, 256, 4, 3", "memcode must be"),
-}
-
-
-@pytest.mark.parametrize("case", OP_ERROR_CASES)
-def test_op_errors_raise(case):
-    device, args, message = OP_ERROR_CASES[case]
-    code = (f"import torch, linrec\nx = torch.randn(2, 100, device={device!r})\n"
-            f"try:\n    torch.ops.linrec.linrec_fwd({args})\nexcept RuntimeError as e:\n    print('raised', e)\n")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0 and "raised" in run.stdout and message in run.stdout, (
-        f"exit {run.returncode}\n{run.stdout}\n{run.stderr[-2000:]}")
 
 
 def test_current_stream_is_used():
