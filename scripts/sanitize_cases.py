@@ -41,6 +41,15 @@ for dtype in (torch.float32, torch.bfloat16):
         leaves = [v.clone().requires_grad_() for v in (xl, cl)]
         cuda.linrec_chained(*leaves, reverse, elems_per_thread=4, threads_per_block=64, memcode=1,
                             algocode=3).sum().backward()
+        # Chained tiles staged in shared memory (memcode 3): a misaligned start (copied
+        # element by element), and an aligned one over 33 tiles (cp.async), each with a partial tile.
+        for e, t, m, a in linrec.compiled_configs("chained"):
+            if m != 3:
+                continue
+            for inputs in ((x, c), (xl, cl)):
+                leaves = [v.clone().requires_grad_() for v in inputs]
+                cuda.linrec_chained(*leaves, reverse, elems_per_thread=e, threads_per_block=t, memcode=m,
+                                    algocode=a).sum().backward()
         leaves = [v.clone().requires_grad_() for v in (x, c, h0)]
         cuda.linrec_ref(*leaves[:2], reverse, initial=leaves[2]).sum().backward()
         for fn in (triton.linrec_tile, triton.linrec_pipe):
