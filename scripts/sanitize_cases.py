@@ -42,7 +42,7 @@ for dtype in (torch.float32, torch.bfloat16):
         cuda.linrec_chained(*leaves, reverse, elems_per_thread=4, threads_per_block=64, memcode=1,
                             algocode=3).sum().backward()
         # Chained tiles staged in shared memory (memcode 3): a misaligned start (copied
-        # element by element), and an aligned one over 33 tiles (cp.async), each with a partial tile.
+        # element by element), and an aligned one over 17-65 tiles (cp.async), each with a partial tile.
         for e, t, m, a in linrec.compiled_configs("chained"):
             if m != 3:
                 continue
