@@ -99,13 +99,14 @@ __global__ void __launch_bounds__(NT) chained_kernel(const Params p) {
 // of its life, most of which is the look-back (H100, 1 x 2^24 fp32: 9 of about
 // 9.5 µs past the load; benchmarks/NOTES.md), and registers cap the tiles in
 // flight at about 12 an SM. Here the tile waits in shared memory instead:
-//   1. the block stages its tensors' tiles (cp.async; the backward's outputs in
-//      a second group, needed only after the look-back);
+//   1. the block stages its tensors' tiles (cp.async);
 //   2. each thread folds its E elements, read from shared memory, into its
 //      transform; the block scan and the look-back find the state before it;
 //   3. each thread rescans its elements and writes the results in place; the
 //      block then stores the tile with consecutive threads on consecutive
-//      elements (the backward computes d_coeffs as it stores).
+//      elements. The backward then stages the forward's outputs where the
+//      coefficients were and computes d_coeffs from them as it stores: two
+//      tiles of shared memory a block rather than three, so more blocks fit.
 template <typename T, int E, int NT, bool kBackward, typename Params>
 __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
   using Acc = acc_t<T>;
@@ -114,6 +115,7 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
   extern __shared__ __align__(16) unsigned char staged[];
   __shared__ BlockScanStorage<Acc> storage;
   __shared__ Acc edge_c, edge_y;  // the backward's neighbours of the tile (see below)
+  __shared__ Acc first_c;         // the backward's coeffs at the forward's first step, if in the tile
 
   const bool rev = kBackward != p.reverse;
   const TileOrder tiles = tile_order<kTileLen, false>(p.seq_len, rev);
@@ -134,21 +136,20 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
   const Acc initial = p.initial ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kInitial]]) : Acc(0);
   unsigned char* tile_v = staged;
   unsigned char* tile_c = staged + kTileBytes;
-  unsigned char* tile_y = staged + 2 * kTileBytes;  // backward only: the forward's outputs
 
   // Step 1.
   stage_tile<E, NT>(tile_v, values, es[kV], start, len, T(from_acc<T>(Acc(0))));
   stage_tile<E, NT>(tile_c, c, es[kC], start, len, T(from_acc<T>(Acc(1))));
   cp_async_commit();
-  const T* y = nullptr;
   // Backward, with "next" one step later in the forward direction: the scan's
   // coefficient at l is coeffs[next(l)] (0 past the sequence), and d_coeffs[l]
   // = d_inputs[l] * outputs[prev(l)] (initial before the first). Inside the
   // tile both come from shared memory; one element each lies beyond its edge.
   const int64_t fwd_step = p.reverse ? -1 : 1;
+  const int64_t first = p.reverse ? len - 1 : 0;  // the forward direction's first step
+  const T* y = nullptr;
   if constexpr (kBackward) {
     y = static_cast<const T*>(p.outputs) + off[kBwdOutputs];
-    stage_tile<E, NT>(tile_y, y, es[kBwdOutputs], start, len, T(from_acc<T>(Acc(0))));
     if (threadIdx.x == 0) {
       const int64_t after = p.reverse ? start - 1 : start + kTileLen;  // next() of the tile's last element
       const int64_t before = p.reverse ? start + kTileLen : start - 1;  // prev() of its first
@@ -156,8 +157,7 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
       edge_y = before >= 0 && before < len ? to_acc<Acc>(y[before * es[kBwdOutputs]]) : initial;
     }
   }
-  cp_async_commit();
-  cp_async_wait<1>();
+  cp_async_wait<0>();
   __syncthreads();
 
   // Threads read and write their rows 16 bytes at a time: with the rows'
@@ -244,14 +244,20 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
   };
   if (rev) rescan_row.template operator()<true>();
   else rescan_row.template operator()<false>();
-  cp_async_wait<0>();
-  __syncthreads();
   if constexpr (!kBackward) {
+    __syncthreads();
     store_staged_tile<E, NT>(static_cast<T*>(p.outputs) + off[kFwdOutputs], es[kFwdOutputs], tile_v, start, len);
   } else {
+    if (threadIdx.x == 0 && first >= start && first < start + kTileLen)
+      first_c = to_acc<Acc>(staged_at<T, E>(tile_c, static_cast<int>(first - start)));
+    __syncthreads();  // every rescan is done: tile_v holds d_inputs, tile_c is free
+    unsigned char* tile_y = tile_c;  // the forward's outputs, copied while d_inputs is stored
+    stage_tile<E, NT>(tile_y, y, es[kBwdOutputs], start, len, T(from_acc<T>(Acc(0))));
+    cp_async_commit();
     store_staged_tile<E, NT>(static_cast<T*>(p.d_inputs) + off[kBwdDInputs], es[kBwdDInputs], tile_v, start, len);
+    cp_async_wait<0>();
+    __syncthreads();
     T* dc = static_cast<T*>(p.d_coeffs) + off[kBwdDCoeffs];
-    const int64_t first = p.reverse ? len - 1 : 0;  // the forward direction's first step
     for (int e = threadIdx.x; e < kTileLen; e += NT) {
       const int64_t pos = start + e;
       if (pos >= len) continue;
@@ -260,7 +266,7 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
       const Acc y_prev = prev >= 0 && prev < kTileLen ? to_acc<Acc>(staged_at<T, E>(tile_y, prev)) : edge_y;
       dc[pos * es[kBwdDCoeffs]] = from_acc<T>(to_acc<Acc>(g) * (pos == first ? initial : y_prev));
       if (pos == first)
-        static_cast<T*>(p.d_initial)[off[kBwdDInitial]] = from_acc<T>(to_acc<Acc>(g) * to_acc<Acc>(staged_at<T, E>(tile_c, e)));
+        static_cast<T*>(p.d_initial)[off[kBwdDInitial]] = from_acc<T>(to_acc<Acc>(g) * first_c);
     }
   }
 }
@@ -278,7 +284,7 @@ constexpr auto chained_kernel_for() {
 template <typename T, TileConfig C, bool kBackward>
 constexpr int chained_dynamic_smem_bytes() {
   if constexpr (C.memcode == MemCode::kStaged)
-    return (kBackward ? 3 : 2) * staged_tile_bytes<T, C.elems_per_thread, C.threads_per_block>();
+    return 2 * staged_tile_bytes<T, C.elems_per_thread, C.threads_per_block>();
   else
     return tiled_dynamic_smem_bytes<acc_t<T>, C>();
 }
