@@ -134,12 +134,12 @@ inline KernelChoice select_config(int64_t seq_len, int64_t num_seqs, bool unit_e
   }
   // Fewer sequences than the GPU has room for blocks (one block per sequence
   // would leave SMs idle), each several tiles long: a block per tile. H100,
-  // 1 x 2^24, GB/s: forward, tiles staged in shared memory 32x128 (fp32 2334,
-  // bf16 1852) over the best in registers (2046, 1624); backward, which stages
-  // three tensors, in registers 16x256 (fp32 2126, bf16 1830) over staged
-  // (2217, 1614 at best: the bf16 loss is larger than the fp32 gain).
+  // 1 x 2^24, GB/s: forward, tiles staged in shared memory 32x128 (fp32 2338,
+  // bf16 1856) over the best in registers (2037, 1640); backward staged 32x128
+  // for fp32 (2442 against 2274 at best in registers), but in registers 16x256
+  // for 16-bit storage (1836 against 1754 staged).
   if (num_seqs < 2 * static_cast<int64_t>(sm_count) && seq_len >= 16384) {
-    if (!backward) return {KernelKind::kChained, {32, 128, MemCode::kStaged, kFull}};
+    if (!backward || !storage_16bit) return {KernelKind::kChained, {32, 128, MemCode::kStaged, kFull}};
     return {KernelKind::kChained, {16, 256, MemCode::kVector, kFull}};
   }
   // Short sequences, several to a warp: packed 8x128 leads from 32 to 256
