@@ -96,9 +96,9 @@ __global__ void __launch_bounds__(NT) chained_kernel(const Params p) {
 
 // The chained kernels with the tile staged in shared memory (MemCode::kStaged).
 // A block with its tile in registers holds E registers a tensor for the whole
-// of its life, most of which is the look-back (H100, 1 x 2^24 fp32: 9 of about
-// 9.5 µs past the load; benchmarks/NOTES.md), and registers cap the tiles in
-// flight at about 12 an SM. Here the tile waits in shared memory instead:
+// of its life, most of which is the look-back (H100, 1 x 2^24 fp32: 6.7 of 9.2
+// µs; benchmarks/NOTES.md), and registers cap the tiles in flight at about 12
+// an SM. Here the tile waits in shared memory instead:
 //   1. the block stages its tensors' tiles (cp.async);
 //   2. each thread folds its E elements, read from shared memory, into its
 //      transform; the block scan and the look-back find the state before it;
