@@ -38,6 +38,46 @@ __device__ __forceinline__ ChainedTile chained_tile(void* workspace, int64_t til
   return {number / tiles_per_seq, number % tiles_per_seq};
 }
 
+// What a chained block knows of its tile before loading it, the same for both
+// chained kernels: which tile it is, where its tensors' elements are, and where
+// its sequence's statuses are.
+template <typename T, bool kBackward>
+struct ChainedBlock {
+  using Acc = acc_t<T>;
+  // The scanned values (inputs, or d_outputs for the backward) and the coefficients.
+  static constexpr int kV = kBackward ? int(kBwdDOutputs) : int(kFwdInputs);
+  static constexpr int kC = kBackward ? int(kBwdCoeffs) : int(kFwdCoeffs);
+  static constexpr int kInitial = kBackward ? int(kBwdInitial) : int(kFwdInitial);
+  bool rev;        // scans against the sequence's index order
+  ChainedTile tile;
+  int64_t start, len;  // the tile's first element and the sequence's length
+  int64_t off[kBackward ? kNumBwdSlots : kNumFwdSlots];
+  TileStatus<Acc>* statuses;  // this sequence's
+  const T* values;
+  const T* c;
+  Acc initial;  // the state before the sequence (0 without one)
+};
+
+template <typename T, int kTileLen, bool kBackward, typename Params>
+__device__ __forceinline__ ChainedBlock<T, kBackward> chained_block(const Params& p) {
+  using B = ChainedBlock<T, kBackward>;
+  using Acc = acc_t<T>;
+  B b;
+  b.rev = kBackward != p.reverse;
+  const TileOrder tiles = tile_order<kTileLen, false>(p.seq_len, b.rev);
+  b.tile = chained_tile(p.chain_workspace, tiles.num_tiles);
+  p.index.offsets(b.tile.seq, b.off);
+  b.start = tiles.start(b.tile.k);
+  b.len = p.seq_len;
+  b.statuses = ChainWorkspaceLayout::statuses<Acc>(p.chain_workspace) +
+               b.tile.seq * tiles.num_tiles * kTileStatusSpacing;
+  if constexpr (kBackward) b.values = static_cast<const T*>(p.d_outputs) + b.off[B::kV];
+  else b.values = static_cast<const T*>(p.inputs) + b.off[B::kV];
+  b.c = static_cast<const T*>(p.coeffs) + b.off[B::kC];
+  b.initial = p.initial ? to_acc<Acc>(static_cast<const T*>(p.initial)[b.off[B::kInitial]]) : Acc(0);
+  return b;
+}
+
 // The tile scan entered with the state found by look-back over tile k's
 // predecessors among `statuses` (its sequence's); `initial` enters before tile 0.
 template <int E, int NT, typename Acc>
@@ -58,38 +98,23 @@ __global__ void __launch_bounds__(NT) chained_kernel(const Params p) {
   Acc* smem = staging_smem<Acc>();
   __shared__ BlockScanStorage<Acc> storage;
 
-  const bool rev = kBackward != p.reverse;
-  const TileOrder tiles = tile_order<C.tile_len(), false>(p.seq_len, rev);
-  const ChainedTile tile = chained_tile(p.chain_workspace, tiles.num_tiles);
-  int64_t off[kBackward ? kNumBwdSlots : kNumFwdSlots];
-  p.index.offsets(tile.seq, off);
+  using B = ChainedBlock<T, kBackward>;
+  const B b = chained_block<T, C.tile_len(), kBackward>(p);
   const auto& es = p.index.elem_strides;
-  const int64_t start = tiles.start(tile.k), len = p.seq_len;
-  TileStatus<Acc>* statuses = ChainWorkspaceLayout::statuses<Acc>(p.chain_workspace) +
-                               tile.seq * tiles.num_tiles * kTileStatusSpacing;
-  // The scanned values (inputs, or d_outputs for the backward) and the coefficients.
-  constexpr int kV = kBackward ? int(kBwdDOutputs) : int(kFwdInputs);
-  constexpr int kC = kBackward ? int(kBwdCoeffs) : int(kFwdCoeffs);
-  constexpr int kInitial = kBackward ? int(kBwdInitial) : int(kFwdInitial);
-  const T* values;
-  if constexpr (kBackward) values = static_cast<const T*>(p.d_outputs) + off[kV];
-  else values = static_cast<const T*>(p.inputs) + off[kV];
-  const T* c = static_cast<const T*>(p.coeffs) + off[kC];
-  const Acc initial = p.initial ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kInitial]]) : Acc(0);
   Acc vs[E], cs[E];
-  load_tile<C.memcode>(vs, values, es[kV], start, len, Acc(0), smem);
-  load_tile<C.memcode>(cs, c, es[kC], start, len, Acc(1), smem);
+  load_tile<C.memcode>(vs, b.values, es[B::kV], b.start, b.len, Acc(0), smem);
+  load_tile<C.memcode>(cs, b.c, es[B::kC], b.start, b.len, Acc(1), smem);
 
   if constexpr (!kBackward) {
-    scan_chained_tile<E, NT>(vs, cs, rev, storage, statuses, tile.k, initial);
-    store_tile<C.memcode>(static_cast<T*>(p.outputs) + off[kFwdOutputs], es[kFwdOutputs], vs, start, len, smem);
+    scan_chained_tile<E, NT>(vs, cs, b.rev, storage, b.statuses, b.tile.k, b.initial);
+    store_tile<C.memcode>(static_cast<T*>(p.outputs) + b.off[kFwdOutputs], es[kFwdOutputs], vs, b.start, b.len, smem);
   } else {
-    const Acc first_coeff = shift_bwd_coeffs(cs, c, es[kC], start, len, p.reverse);
-    scan_chained_tile<E, NT>(vs, cs, rev, storage, statuses, tile.k, Acc(0));
-    store_tile<C.memcode>(static_cast<T*>(p.d_inputs) + off[kBwdDInputs], es[kBwdDInputs], vs, start, len, smem);
-    store_bwd_coeffs<C.memcode>(vs, static_cast<const T*>(p.outputs) + off[kBwdOutputs], es[kBwdOutputs],
-                                static_cast<T*>(p.d_coeffs) + off[kBwdDCoeffs], es[kBwdDCoeffs], start, len,
-                                p.reverse, initial, first_coeff, static_cast<T*>(p.d_initial) + off[kBwdDInitial],
+    const Acc first_coeff = shift_bwd_coeffs(cs, b.c, es[B::kC], b.start, b.len, p.reverse);
+    scan_chained_tile<E, NT>(vs, cs, b.rev, storage, b.statuses, b.tile.k, Acc(0));
+    store_tile<C.memcode>(static_cast<T*>(p.d_inputs) + b.off[kBwdDInputs], es[kBwdDInputs], vs, b.start, b.len, smem);
+    store_bwd_coeffs<C.memcode>(vs, static_cast<const T*>(p.outputs) + b.off[kBwdOutputs], es[kBwdOutputs],
+                                static_cast<T*>(p.d_coeffs) + b.off[kBwdDCoeffs], es[kBwdDCoeffs], b.start, b.len,
+                                p.reverse, b.initial, first_coeff, static_cast<T*>(p.d_initial) + b.off[kBwdDInitial],
                                 smem);
   }
 }
@@ -117,44 +142,30 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
   __shared__ Acc edge_c, edge_y;  // the backward's neighbours of the tile (see below)
   __shared__ Acc first_c;         // the backward's coeffs at the forward's first step, if in the tile
 
-  const bool rev = kBackward != p.reverse;
-  const TileOrder tiles = tile_order<kTileLen, false>(p.seq_len, rev);
-  const ChainedTile tile = chained_tile(p.chain_workspace, tiles.num_tiles);
-  int64_t off[kBackward ? kNumBwdSlots : kNumFwdSlots];
-  p.index.offsets(tile.seq, off);
+  using B = ChainedBlock<T, kBackward>;
+  const B b = chained_block<T, kTileLen, kBackward>(p);
   const auto& es = p.index.elem_strides;
-  const int64_t start = tiles.start(tile.k), len = p.seq_len;
-  TileStatus<Acc>* statuses = ChainWorkspaceLayout::statuses<Acc>(p.chain_workspace) +
-                               tile.seq * tiles.num_tiles * kTileStatusSpacing;
-  constexpr int kV = kBackward ? int(kBwdDOutputs) : int(kFwdInputs);
-  constexpr int kC = kBackward ? int(kBwdCoeffs) : int(kFwdCoeffs);
-  constexpr int kInitial = kBackward ? int(kBwdInitial) : int(kFwdInitial);
-  const T* values;
-  if constexpr (kBackward) values = static_cast<const T*>(p.d_outputs) + off[kV];
-  else values = static_cast<const T*>(p.inputs) + off[kV];
-  const T* c = static_cast<const T*>(p.coeffs) + off[kC];
-  const Acc initial = p.initial ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kInitial]]) : Acc(0);
   unsigned char* tile_v = staged;
   unsigned char* tile_c = staged + kTileBytes;
 
   // Step 1.
-  stage_tile<E, NT>(tile_v, values, es[kV], start, len, T(from_acc<T>(Acc(0))));
-  stage_tile<E, NT>(tile_c, c, es[kC], start, len, T(from_acc<T>(Acc(1))));
+  stage_tile<E, NT>(tile_v, b.values, es[B::kV], b.start, b.len, T(from_acc<T>(Acc(0))));
+  stage_tile<E, NT>(tile_c, b.c, es[B::kC], b.start, b.len, T(from_acc<T>(Acc(1))));
   cp_async_commit();
   // Backward, with "next" one step later in the forward direction: the scan's
   // coefficient at l is coeffs[next(l)] (0 past the sequence), and d_coeffs[l]
   // = d_inputs[l] * outputs[prev(l)] (initial before the first). Inside the
   // tile both come from shared memory; one element each lies beyond its edge.
   const int64_t fwd_step = p.reverse ? -1 : 1;
-  const int64_t first = p.reverse ? len - 1 : 0;  // the forward direction's first step
+  const int64_t first = p.reverse ? b.len - 1 : 0;  // the forward direction's first step
   const T* y = nullptr;
   if constexpr (kBackward) {
-    y = static_cast<const T*>(p.outputs) + off[kBwdOutputs];
+    y = static_cast<const T*>(p.outputs) + b.off[kBwdOutputs];
     if (threadIdx.x == 0) {
-      const int64_t after = p.reverse ? start - 1 : start + kTileLen;  // next() of the tile's last element
-      const int64_t before = p.reverse ? start + kTileLen : start - 1;  // prev() of its first
-      edge_c = after >= 0 && after < len ? to_acc<Acc>(c[after * es[kC]]) : Acc(0);
-      edge_y = before >= 0 && before < len ? to_acc<Acc>(y[before * es[kBwdOutputs]]) : initial;
+      const int64_t after = p.reverse ? b.start - 1 : b.start + kTileLen;  // next() of the tile's last element
+      const int64_t before = p.reverse ? b.start + kTileLen : b.start - 1;  // prev() of its first
+      edge_c = after >= 0 && after < b.len ? to_acc<Acc>(b.c[after * es[B::kC]]) : Acc(0);
+      edge_y = before >= 0 && before < b.len ? to_acc<Acc>(y[before * es[kBwdOutputs]]) : b.initial;
     }
   }
   cp_async_wait<0>();
@@ -181,7 +192,7 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
       for (int i = 0; i < kChunk; ++i) {
         const int e = row + j * kChunk + i, next = p.reverse ? e - 1 : e + 1;
         const bool inside_chunk = p.reverse ? i > 0 : i + 1 < kChunk;
-        if (start + next < 0 || start + next >= len) a[i] = Acc(0);
+        if (b.start + next < 0 || b.start + next >= b.len) a[i] = Acc(0);
         else if (inside_chunk) a[i] = p.reverse ? to_acc<Acc>(cs[i > 0 ? i - 1 : 0]) : to_acc<Acc>(cs[i + 1 < kChunk ? i + 1 : i]);
         else a[i] = next >= 0 && next < kTileLen ? to_acc<Acc>(staged_at<T, E>(tile_c, next)) : edge_c;
       }
@@ -211,16 +222,16 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
       }
     }
   };
-  if (rev) fold_row.template operator()<true>();
+  if (b.rev) fold_row.template operator()<true>();
   else fold_row.template operator()<false>();
   Acc ex_y, ex_c;
-  scan_warp(total_y, total_c, rev, ex_y, ex_c);
+  scan_warp(total_y, total_c, b.rev, ex_y, ex_c);
   const Acc before_warp = scan_block<NT>(
       total_y, total_c,
       [&](Acc tile_y_total, Acc tile_c_total) {
-        return look_back(statuses, tile.k, tile_y_total, tile_c_total, kBackward ? Acc(0) : initial);
+        return look_back(b.statuses, b.tile.k, tile_y_total, tile_c_total, kBackward ? Acc(0) : b.initial);
       },
-      rev, storage);
+      b.rev, storage);
 
   // Step 3: rescan from the state before this thread, results in place.
   Acc state = ex_c * before_warp + ex_y;
@@ -242,31 +253,31 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
       reinterpret_cast<uint4*>(my_v)[j] = raw;
     }
   };
-  if (rev) rescan_row.template operator()<true>();
+  if (b.rev) rescan_row.template operator()<true>();
   else rescan_row.template operator()<false>();
   if constexpr (!kBackward) {
     __syncthreads();
-    store_staged_tile<E, NT>(static_cast<T*>(p.outputs) + off[kFwdOutputs], es[kFwdOutputs], tile_v, start, len);
+    store_staged_tile<E, NT>(static_cast<T*>(p.outputs) + b.off[kFwdOutputs], es[kFwdOutputs], tile_v, b.start, b.len);
   } else {
-    if (threadIdx.x == 0 && first >= start && first < start + kTileLen)
-      first_c = to_acc<Acc>(staged_at<T, E>(tile_c, static_cast<int>(first - start)));
+    if (threadIdx.x == 0 && first >= b.start && first < b.start + kTileLen)
+      first_c = to_acc<Acc>(staged_at<T, E>(tile_c, static_cast<int>(first - b.start)));
     __syncthreads();  // every rescan is done: tile_v holds d_inputs, tile_c is free
     unsigned char* tile_y = tile_c;  // the forward's outputs, copied while d_inputs is stored
-    stage_tile<E, NT>(tile_y, y, es[kBwdOutputs], start, len, T(from_acc<T>(Acc(0))));
+    stage_tile<E, NT>(tile_y, y, es[kBwdOutputs], b.start, b.len, T(from_acc<T>(Acc(0))));
     cp_async_commit();
-    store_staged_tile<E, NT>(static_cast<T*>(p.d_inputs) + off[kBwdDInputs], es[kBwdDInputs], tile_v, start, len);
+    store_staged_tile<E, NT>(static_cast<T*>(p.d_inputs) + b.off[kBwdDInputs], es[kBwdDInputs], tile_v, b.start, b.len);
     cp_async_wait<0>();
     __syncthreads();
-    T* dc = static_cast<T*>(p.d_coeffs) + off[kBwdDCoeffs];
+    T* dc = static_cast<T*>(p.d_coeffs) + b.off[kBwdDCoeffs];
     for (int e = threadIdx.x; e < kTileLen; e += NT) {
-      const int64_t pos = start + e;
-      if (pos >= len) continue;
+      const int64_t pos = b.start + e;
+      if (pos >= b.len) continue;
       const T g = staged_at<T, E>(tile_v, e);
       const int prev = e - static_cast<int>(fwd_step);
       const Acc y_prev = prev >= 0 && prev < kTileLen ? to_acc<Acc>(staged_at<T, E>(tile_y, prev)) : edge_y;
-      dc[pos * es[kBwdDCoeffs]] = from_acc<T>(to_acc<Acc>(g) * (pos == first ? initial : y_prev));
+      dc[pos * es[kBwdDCoeffs]] = from_acc<T>(to_acc<Acc>(g) * (pos == first ? b.initial : y_prev));
       if (pos == first)
-        static_cast<T*>(p.d_initial)[off[kBwdDInitial]] = from_acc<T>(to_acc<Acc>(g) * first_c);
+        static_cast<T*>(p.d_initial)[b.off[kBwdDInitial]] = from_acc<T>(to_acc<Acc>(g) * first_c);
     }
   }
 }
