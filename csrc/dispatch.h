@@ -55,10 +55,15 @@ constexpr auto CONFIG_LIST = concat(
 #endif
 
 // The strided kernels (strided.cuh) as TileConfigs: elems_per_thread time steps
-// per thread, threads_per_block / 32 warps splitting a chunk of time; the
-// memory strategy is fixed (each thread loads its own channel's steps).
-constexpr auto STRIDED_CONFIG_LIST = product(std::array{8, 16}, std::array{128, 256, 512},
-                                             std::array{MemCode::kDirect}, std::array{AlgoCode::kBlock});
+// per thread, threads_per_block / 32 warps splitting a chunk of time. Each
+// thread loads its own channels' steps, into registers (MemCode::kDirect) or
+// into shared memory (MemCode::kStaged), which leaves room for longer slices.
+constexpr auto STRIDED_CONFIG_LIST =
+    concat(concat(product(std::array{8, 16}, std::array{128, 256, 512}, std::array{MemCode::kDirect},
+                          std::array{AlgoCode::kBlock}),
+                  product(std::array{16, 32}, std::array{128, 256}, std::array{MemCode::kStaged},
+                          std::array{AlgoCode::kBlock})),
+           product(std::array{64}, std::array{128}, std::array{MemCode::kStaged}, std::array{AlgoCode::kBlock}));
 
 // The chained kernels take the tile configs, plus tiles staged whole in shared
 // memory (MemCode::kStaged): registers then hold no tile while it loads and

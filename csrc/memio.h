@@ -188,9 +188,16 @@ __device__ __forceinline__ T& staged_at(unsigned char* tile, int e) {
   return reinterpret_cast<T*>(tile + (e / E) * staged_row_bytes<T, E>())[e % E];
 }
 
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem) {
+// An asynchronous copy of kBytes (4, 8 or 16) from global to shared memory.
+// 16-byte copies bypass L1 (.cg); smaller ones may only go through it (.ca).
+template <int kBytes>
+__device__ __forceinline__ void cp_async(void* smem, const void* gmem) {
+  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async copies 4, 8 or 16 bytes");
   const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to), "l"(gmem) : "memory");
+  if constexpr (kBytes == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to), "l"(gmem) : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(to), "l"(gmem), "n"(kBytes) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int kPending>
@@ -208,7 +215,7 @@ __device__ __forceinline__ void stage_tile(unsigned char* tile, const T* seq, in
   if (stride == 1 && start + kTileLen <= len && reinterpret_cast<uintptr_t>(seq + start) % 16 == 0) {
 #pragma unroll
     for (int k = threadIdx.x; k < NT * kChunksPerRow; k += NT)
-      cp_async_16(tile + (k / kChunksPerRow) * staged_row_bytes<T, E>() + (k % kChunksPerRow) * 16,
+      cp_async<16>(tile + (k / kChunksPerRow) * staged_row_bytes<T, E>() + (k % kChunksPerRow) * 16,
                   seq + start + static_cast<int64_t>(k) * kChunk);
   } else {
     for (int e = threadIdx.x; e < kTileLen; e += NT) {

@@ -141,9 +141,10 @@ LaunchChoice choose(int64_t kernel, int64_t elems_per_thread, int64_t threads_pe
         select_config(seq_len, num_seqs, unit_elem_stride, backward, elem_bytes, cuda_sm_count(device));
     return {c.kind, c.config};
   }
-  const int64_t max_memcode = kind == KernelKind::kChained ? 3 : 2;  // 3: MemCode::kStaged, chained only
+  const bool may_stage = kind == KernelKind::kChained || kind == KernelKind::kStrided;
+  const int64_t max_memcode = may_stage ? 3 : 2;  // 3: MemCode::kStaged, chained and strided only
   STD_TORCH_CHECK(memcode >= 0 && memcode <= max_memcode, "linrec: memcode must be 0, 1, 2",
-                  kind == KernelKind::kChained ? " or 3" : " (3 is for the chained kernel only)", ", got ", memcode);
+                  may_stage ? " or 3" : " (3 is for the chained and strided kernels only)", ", got ", memcode);
   STD_TORCH_CHECK(algocode >= 0 && algocode <= 3, "linrec: algocode must be 0, 1, 2 or 3, got ", algocode);
   const TileConfig config{static_cast<int>(elems_per_thread), static_cast<int>(threads_per_block),
                           static_cast<MemCode>(memcode), static_cast<AlgoCode>(algocode)};

@@ -31,6 +31,7 @@
 #include "../params.h"
 #include "dtype.cuh"
 #include "lookback.cuh"
+#include "tiled.cuh"
 
 namespace linrec {
 
@@ -83,6 +84,50 @@ __host__ __device__ __forceinline__ StridedWork strided_shape(int64_t num_seqs, 
   return {0, 0, groups * kGroup, (seq_len + kChunkLen - 1) / kChunkLen};
 }
 
+// One thread's place in a strided launch: its block's chunk, its V sequences and
+// their offsets, and its slice of the chunk. Shared by both strided kernels.
+template <int E, int NT, int V, bool kBackward>
+struct StridedThread {
+  static constexpr int W = NT / kWarpSize;
+  static constexpr int kGroup = kWarpSize * V;
+  static constexpr int64_t kChunkLen = static_cast<int64_t>(W) * E;
+  static constexpr int kSlots = kBackward ? kNumBwdSlots : kNumFwdSlots;
+  // The scanned values (inputs, or for the backward d_outputs), the coefficients and the initial state.
+  static constexpr int kV = kBackward ? int(kBwdDOutputs) : int(kFwdInputs);
+  static constexpr int kC = kBackward ? int(kBwdCoeffs) : int(kFwdCoeffs);
+  static constexpr int kInitial = kBackward ? int(kBwdInitial) : int(kFwdInitial);
+
+  StridedWork work;
+  int64_t n;  // the lane's first sequence; with V = 2 the host made sure num_seqs is even
+  bool active;
+  int64_t off[V][kSlots];  // the offsets of each of the lane's sequences
+  int64_t len, first_q;    // the slice is scan steps first_q + [0, E)
+  bool rev;                // scan step q is element len - 1 - q
+
+  // Element of scan step q: the backward runs against the forward direction.
+  __device__ __forceinline__ int64_t pos(int64_t q) const { return rev ? len - 1 - q : q; }
+};
+
+template <int E, int NT, int V, bool kBackward, typename Params>
+__device__ __forceinline__ StridedThread<E, NT, V, kBackward> strided_thread(const Params& p) {
+  using Thread = StridedThread<E, NT, V, kBackward>;
+  Thread t;
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  t.work = strided_shape<Thread::kChunkLen, Thread::kGroup>(p.num_seqs, p.seq_len);
+  const int64_t groups = t.work.padded_seqs / Thread::kGroup;
+  const int64_t number = next_tile_number(p.chain_workspace);
+  t.work.chunk = number / groups;
+  t.work.group = number % groups;
+  t.n = t.work.group * Thread::kGroup + lane * V;
+  t.active = t.n < p.num_seqs;
+#pragma unroll
+  for (int j = 0; j < V; ++j) p.index.template offsets</*kOneDimFastPath=*/false>(t.active ? t.n + j : 0, t.off[j]);
+  t.len = p.seq_len;
+  t.first_q = t.work.chunk * Thread::kChunkLen + static_cast<int64_t>(warp) * E;
+  t.rev = kBackward ? !p.reverse : p.reverse;
+  return t;
+}
+
 // Steps 2 and 3 for warp 0: look back, then write every slice's entering state
 // over its total. `initial` is the state before each of the lane's sequences.
 template <int W, int V, typename Acc>
@@ -115,93 +160,88 @@ __device__ __forceinline__ void resolve_slices(StridedStorage<Acc, V>& st, TileS
   }
 }
 
+// Steps 1 (its end) and 2 for the whole block: publishes each thread's slice
+// totals, then warp 0 looks back and leaves every slice's entering state in
+// st.slice_y. Returns in `initial` the state before each of the lane's
+// sequences, in the forward direction.
+template <typename T, int E, int NT, int V, bool kBackward, typename Params, typename Acc>
+__device__ __forceinline__ void resolve_chunk(StridedStorage<Acc, V>& st, const Params& p,
+                                              const StridedThread<E, NT, V, kBackward>& t, const Acc (&slice_y)[V],
+                                              const Acc (&slice_c)[V], Acc (&initial)[V]) {
+  using Thread = StridedThread<E, NT, V, kBackward>;
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    st.slice_y[warp][lane * V + j] = slice_y[j];
+    st.slice_c[warp][lane * V + j] = slice_c[j];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < V; ++j)
+    initial[j] = p.initial && t.active
+                     ? to_acc<Acc>(static_cast<const T*>(p.initial)[t.off[j][Thread::kInitial]])
+                     : Acc(0);
+  if (warp == 0) {
+    TileStatus<Acc>* statuses = ChainWorkspaceLayout::statuses<Acc>(p.chain_workspace) + t.n;
+    Acc scan_initial[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) scan_initial[j] = kBackward ? Acc(0) : initial[j];
+    resolve_slices<Thread::W>(st, statuses, t.work, scan_initial, t.active);
+  }
+  __syncthreads();
+}
+
+// The slice held in registers (MemCode::kDirect).
 template <typename T, int E, int NT, int V, bool kBackward, typename Params>
 __global__ void __launch_bounds__(NT) strided_kernel(const Params p) {
   using Acc = acc_t<T>;
-  constexpr int W = NT / kWarpSize;
-  constexpr int kGroup = kWarpSize * V;
-  constexpr int64_t kChunkLen = static_cast<int64_t>(W) * E;
+  using Thread = StridedThread<E, NT, V, kBackward>;
   __shared__ StridedStorage<Acc, V> st;
-  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-
-  StridedWork work = strided_shape<kChunkLen, kGroup>(p.num_seqs, p.seq_len);
-  const int64_t groups = work.padded_seqs / kGroup;
-  const int64_t number = next_tile_number(p.chain_workspace);
-  work.chunk = number / groups;
-  work.group = number % groups;
-  // This lane's first sequence; with V = 2 the host made sure num_seqs is even.
-  const int64_t n = work.group * kGroup + lane * V;
-  const bool active = n < p.num_seqs;
-
-  constexpr int kSlots = kBackward ? kNumBwdSlots : kNumFwdSlots;
-  int64_t off[V][kSlots];  // the offsets of each of the lane's sequences
-#pragma unroll
-  for (int j = 0; j < V; ++j) p.index.template offsets</*kOneDimFastPath=*/false>(active ? n + j : 0, off[j]);
+  const Thread t = strided_thread<E, NT, V, kBackward>(p);
   const auto& es = p.index.elem_strides;
-  const int64_t len = p.seq_len;
-  // Scan order: step q is element pos(q); the backward runs against the forward direction.
-  const bool rev = kBackward ? !p.reverse : p.reverse;
-  const int64_t first_q = work.chunk * kChunkLen + static_cast<int64_t>(warp) * E;
-  auto pos = [&](int64_t q) { return rev ? len - 1 - q : q; };
-
-  // The scanned values: inputs, or for the backward d_outputs.
-  constexpr int kV = kBackward ? int(kBwdDOutputs) : int(kFwdInputs);
-  constexpr int kC = kBackward ? int(kBwdCoeffs) : int(kFwdCoeffs);
   const T* v_ptr;
-  if constexpr (kBackward) v_ptr = static_cast<const T*>(p.d_outputs) + off[0][kV];
-  else v_ptr = static_cast<const T*>(p.inputs) + off[0][kV];
-  const T* c_ptr = static_cast<const T*>(p.coeffs) + off[0][kC];
-  const int64_t sv = es[kV], sc = es[kC];
+  if constexpr (kBackward) v_ptr = static_cast<const T*>(p.d_outputs) + t.off[0][Thread::kV];
+  else v_ptr = static_cast<const T*>(p.inputs) + t.off[0][Thread::kV];
+  const T* c_ptr = static_cast<const T*>(p.coeffs) + t.off[0][Thread::kC];
+  const int64_t sv = es[Thread::kV], sc = es[Thread::kC];
 
   // Step 1. The backward's coefficient at step q is coeffs one forward step
   // later, i.e. at scan step q - 1 (none before the first: its state is zero).
   auto load_slice = [&](Acc (&v)[E][V], Acc (&a)[E][V]) {
 #pragma unroll
     for (int i = 0; i < E; ++i) {
-      const int64_t q = first_q + i;
+      const int64_t q = t.first_q + i;
       const int64_t cq = kBackward ? q - 1 : q;
-      const bool in = active && q < len;
+      const bool in = t.active && q < t.len;
 #pragma unroll
       for (int j = 0; j < V; ++j) v[i][j] = Acc(0), a[i][j] = Acc(1);
-      if (in) load_channels<V>(v[i], v_ptr + pos(q) * sv);
-      if (in && cq >= 0) load_channels<V>(a[i], c_ptr + pos(cq) * sc);
+      if (in) load_channels<V>(v[i], v_ptr + t.pos(q) * sv);
+      if (in && cq >= 0) load_channels<V>(a[i], c_ptr + t.pos(cq) * sc);
     }
   };
   Acc v[E][V], a[E][V];
   load_slice(v, a);
+  Acc slice_y[V], slice_c[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) {
-    Acc slice_y = Acc(0), slice_c = Acc(1);
+    slice_y[j] = Acc(0), slice_c[j] = Acc(1);
 #pragma unroll
     for (int i = 0; i < E; ++i) {
-      slice_y = a[i][j] * slice_y + v[i][j];
-      slice_c = a[i][j] * slice_c;
+      slice_y[j] = a[i][j] * slice_y[j] + v[i][j];
+      slice_c[j] = a[i][j] * slice_c[j];
     }
-    st.slice_y[warp][lane * V + j] = slice_y;
-    st.slice_c[warp][lane * V + j] = slice_c;
   }
-  __syncthreads();
 
   // Step 2.
-  constexpr int kInitial = kBackward ? int(kBwdInitial) : int(kFwdInitial);
-  Acc initial[V];  // the state before each sequence, in the forward direction
-#pragma unroll
-  for (int j = 0; j < V; ++j)
-    initial[j] = p.initial && active ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[j][kInitial]]) : Acc(0);
-  if (warp == 0) {
-    TileStatus<Acc>* statuses = ChainWorkspaceLayout::statuses<Acc>(p.chain_workspace) + n;
-    Acc scan_initial[V];
-#pragma unroll
-    for (int j = 0; j < V; ++j) scan_initial[j] = kBackward ? Acc(0) : initial[j];
-    resolve_slices<W>(st, statuses, work, scan_initial, active);
-  }
-  __syncthreads();
+  Acc initial[V];
+  resolve_chunk<T>(st, p, t, slice_y, slice_c, initial);
 
   // Step 3. With 16-bit storage the slice is loaded again (an L2 hit: it was
   // loaded microseconds before) rather than held through the look-back. H100,
   // (4096, 16384) bf16 8x128: 1202 -> 1320 GB/s forward, 1397 -> 1722 backward;
   // float32 loses (16x128: 2818 -> 1803 forward), so it keeps its registers.
   if constexpr (sizeof(T) == 2) load_slice(v, a);
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   Acc state[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) state[j] = st.slice_y[warp][lane * V + j];
@@ -213,45 +253,205 @@ __global__ void __launch_bounds__(NT) strided_kernel(const Params p) {
       v[i][j] = state[j];
     }
   }
-  if (!active) return;
+  if (!t.active) return;
   if constexpr (!kBackward) {
-    T* y = static_cast<T*>(p.outputs) + off[0][kFwdOutputs];
+    T* y = static_cast<T*>(p.outputs) + t.off[0][kFwdOutputs];
 #pragma unroll
     for (int i = 0; i < E; ++i)
-      if (first_q + i < len) store_channels<V>(y + pos(first_q + i) * es[kFwdOutputs], v[i]);
+      if (t.first_q + i < t.len) store_channels<V>(y + t.pos(t.first_q + i) * es[kFwdOutputs], v[i]);
   } else {
     // d_coeffs = d_inputs * the forward's previous output: at scan step q + 1,
     // before the forward's first the initial state. Multiplied into `a` (whose
     // coefficients are no longer needed), all loaded before the first store:
     // the compiler may not move a load past a store, and one load a store would
     // wait out the memory latency E times.
-    const T* y = static_cast<const T*>(p.outputs) + off[0][kBwdOutputs];
+    const T* y = static_cast<const T*>(p.outputs) + t.off[0][kBwdOutputs];
 #pragma unroll
     for (int i = 0; i < E; ++i) {
-      const int64_t q = first_q + i;
-      if (q + 1 < len) load_channels<V>(a[i], y + pos(q + 1) * es[kBwdOutputs]);
+      const int64_t q = t.first_q + i;
+      if (q + 1 < t.len) load_channels<V>(a[i], y + t.pos(q + 1) * es[kBwdOutputs]);
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        if (q + 1 >= len) a[i][j] = initial[j];
+        if (q + 1 >= t.len) a[i][j] = initial[j];
         a[i][j] *= v[i][j];
       }
     }
     Acc last_coeff[V];
-    const bool has_last = first_q <= len - 1 && len - 1 < first_q + E;
-    if (has_last) load_channels<V>(last_coeff, c_ptr + pos(len - 1) * sc);
-    T* dx = static_cast<T*>(p.d_inputs) + off[0][kBwdDInputs];
-    T* dc = static_cast<T*>(p.d_coeffs) + off[0][kBwdDCoeffs];
+    const bool has_last = t.first_q <= t.len - 1 && t.len - 1 < t.first_q + E;
+    if (has_last) load_channels<V>(last_coeff, c_ptr + t.pos(t.len - 1) * sc);
+    T* dx = static_cast<T*>(p.d_inputs) + t.off[0][kBwdDInputs];
+    T* dc = static_cast<T*>(p.d_coeffs) + t.off[0][kBwdDCoeffs];
 #pragma unroll
     for (int i = 0; i < E; ++i) {
-      const int64_t q = first_q + i;
-      if (q >= len) break;
-      store_channels<V>(dx + pos(q) * es[kBwdDInputs], v[i]);
-      store_channels<V>(dc + pos(q) * es[kBwdDCoeffs], a[i]);
-      if (q == len - 1) {
+      const int64_t q = t.first_q + i;
+      if (q >= t.len) break;
+      store_channels<V>(dx + t.pos(q) * es[kBwdDInputs], v[i]);
+      store_channels<V>(dc + t.pos(q) * es[kBwdDCoeffs], a[i]);
+      if (q == t.len - 1) {
 #pragma unroll
         for (int j = 0; j < V; ++j)
-          static_cast<T*>(p.d_initial)[off[j][kBwdDInitial]] = from_acc<T>(v[i][j] * last_coeff[j]);
+          static_cast<T*>(p.d_initial)[t.off[j][kBwdDInitial]] = from_acc<T>(v[i][j] * last_coeff[j]);
       }
+    }
+  }
+}
+
+// The slice staged in shared memory (MemCode::kStaged). Registers cap the
+// register kernel's chunks in flight (bf16 8x128: 76 registers a thread for
+// 4 KB a tensor a chunk), and a chunk's life is mostly waiting: its loads,
+// then its look-back. Here each thread copies its own steps into its own
+// shared-memory slots with cp.async (nothing in registers while they load or
+// while the block looks back), folds and rescans from there, and stores each
+// step as it is rescanned. Only the thread that wrote a slot reads it, so
+// waiting for its own copies is enough: no block barrier for the staging.
+// The backward also stages the forward's outputs, in a second group that is
+// still in flight while the slice folds and the block looks back.
+template <typename T, int V>
+struct StagedChannels {
+  static constexpr int kBytes = static_cast<int>(sizeof(ChannelVec<T, V>));
+  // The slot of tensor s, step i, thread x: a warp's 32 slots of a step are contiguous.
+  template <int E, int NT>
+  static __device__ __forceinline__ ChannelVec<T, V>* slot(unsigned char* staged, int s, int i) {
+    return reinterpret_cast<ChannelVec<T, V>*>(staged) + (s * E + i) * NT + threadIdx.x;
+  }
+  template <int E, int NT>
+  static constexpr int smem_bytes(bool backward) {
+    return (backward ? 3 : 2) * E * NT * kBytes;
+  }
+  // Copies the V channels at `src` into `dst`, or writes `fill` when !in. Two
+  // bytes (one 16-bit channel) are below cp.async's minimum: copied directly.
+  static __device__ __forceinline__ void stage(ChannelVec<T, V>* dst, const T* src, bool in, T fill) {
+    if (!in) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) dst->v[j] = fill;
+    } else if constexpr (kBytes >= 4) {
+      cp_async<kBytes>(dst, src);
+    } else {
+      *dst = *reinterpret_cast<const ChannelVec<T, V>*>(src);
+    }
+  }
+  template <typename Acc>
+  static __device__ __forceinline__ void read(Acc (&dst)[V], const ChannelVec<T, V>* at) {
+    const ChannelVec<T, V> w = *at;
+#pragma unroll
+    for (int j = 0; j < V; ++j) dst[j] = to_acc<Acc>(w.v[j]);
+  }
+};
+
+template <typename T, int E, int NT, int V, bool kBackward, typename Params>
+__global__ void __launch_bounds__(NT) strided_staged_kernel(const Params p) {
+  using Acc = acc_t<T>;
+  using Thread = StridedThread<E, NT, V, kBackward>;
+  using Staged = StagedChannels<T, V>;
+  __shared__ StridedStorage<Acc, V> st;
+  extern __shared__ __align__(16) unsigned char staged[];
+  const Thread t = strided_thread<E, NT, V, kBackward>(p);
+  const auto& es = p.index.elem_strides;
+  auto slot = [&](int s, int i) { return Staged::template slot<E, NT>(staged, s, i); };
+  // Pointers walk the slice one scan step at a time (fully unrolled, 64-bit
+  // addresses for every step cost the backward up to 150 registers a thread).
+  const int64_t dir = t.rev ? -1 : 1;
+  const int64_t sv = dir * es[Thread::kV], sc = dir * es[Thread::kC];
+  const T* v_ptr;
+  if constexpr (kBackward) v_ptr = static_cast<const T*>(p.d_outputs) + t.off[0][Thread::kV];
+  else v_ptr = static_cast<const T*>(p.inputs) + t.off[0][Thread::kV];
+  const T* c_ptr = static_cast<const T*>(p.coeffs) + t.off[0][Thread::kC];
+
+  // Step 1: stage, then fold. The backward's coefficient at step q is at scan
+  // step q - 1 (as in strided_kernel), its forward output at q + 1.
+  {
+    constexpr int kCoeffLag = kBackward ? 1 : 0;
+    const T* v_at = v_ptr + t.pos(t.first_q) * es[Thread::kV];
+    const T* c_at = c_ptr + t.pos(t.first_q - kCoeffLag) * es[Thread::kC];
+#pragma unroll 4
+    for (int i = 0; i < E; ++i, v_at += sv, c_at += sc) {
+      const int64_t q = t.first_q + i;
+      const bool in = t.active && q < t.len;
+      Staged::stage(slot(0, i), v_at, in, from_acc<T>(Acc(0)));
+      Staged::stage(slot(1, i), c_at, in && q >= kCoeffLag, from_acc<T>(Acc(1)));
+    }
+    cp_async_commit();
+  }
+  if constexpr (kBackward) {
+    const int64_t sy = dir * es[kBwdOutputs];
+    const T* y_at = static_cast<const T*>(p.outputs) + t.off[0][kBwdOutputs] + t.pos(t.first_q + 1) * es[kBwdOutputs];
+#pragma unroll 4
+    for (int i = 0; i < E; ++i, y_at += sy)
+      Staged::stage(slot(2, i), y_at, t.active && t.first_q + i + 1 < t.len, from_acc<T>(Acc(0)));
+    cp_async_commit();
+    cp_async_wait<1>();
+  } else {
+    cp_async_wait<0>();
+  }
+  Acc slice_y[V], slice_c[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) slice_y[j] = Acc(0), slice_c[j] = Acc(1);
+#pragma unroll 4
+  for (int i = 0; i < E; ++i) {
+    Acc v[V], a[V];
+    Staged::read(v, slot(0, i));
+    Staged::read(a, slot(1, i));
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      slice_y[j] = a[j] * slice_y[j] + v[j];
+      slice_c[j] = a[j] * slice_c[j];
+    }
+  }
+
+  // Step 2.
+  Acc initial[V];
+  resolve_chunk<T>(st, p, t, slice_y, slice_c, initial);
+
+  // Step 3: rescan, storing each step as it comes.
+  if (!t.active) return;
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  Acc state[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) state[j] = st.slice_y[warp][lane * V + j];
+  // The slice's steps inside the sequence (none for a slice past its end).
+  const int steps = static_cast<int>(t.len - t.first_q < E ? t.len - t.first_q : E);
+  if constexpr (!kBackward) {
+    const int64_t so = dir * es[kFwdOutputs];
+    T* y_at = static_cast<T*>(p.outputs) + t.off[0][kFwdOutputs] + t.pos(t.first_q) * es[kFwdOutputs];
+#pragma unroll 4
+    for (int i = 0; i < steps; ++i, y_at += so) {
+      Acc v[V], a[V];
+      Staged::read(v, slot(0, i));
+      Staged::read(a, slot(1, i));
+#pragma unroll
+      for (int j = 0; j < V; ++j) state[j] = a[j] * state[j] + v[j];
+      store_channels<V>(y_at, state);
+    }
+  } else {
+    // d_coeffs = d_inputs * the forward's previous output (before the forward's
+    // first, the initial state); d_initial = d_inputs * the first coefficient.
+    const bool has_last = t.first_q <= t.len - 1 && t.len - 1 < t.first_q + E;
+    Acc last_coeff[V];
+    if (has_last) load_channels<V>(last_coeff, c_ptr + t.pos(t.len - 1) * es[Thread::kC]);
+    const int64_t sx = dir * es[kBwdDInputs], sdc = dir * es[kBwdDCoeffs];
+    T* dx_at = static_cast<T*>(p.d_inputs) + t.off[0][kBwdDInputs] + t.pos(t.first_q) * es[kBwdDInputs];
+    T* dc_at = static_cast<T*>(p.d_coeffs) + t.off[0][kBwdDCoeffs] + t.pos(t.first_q) * es[kBwdDCoeffs];
+    cp_async_wait<0>();
+#pragma unroll 4
+    for (int i = 0; i < steps; ++i, dx_at += sx, dc_at += sdc) {
+      Acc v[V], a[V], y_prev[V];
+      Staged::read(v, slot(0, i));
+      Staged::read(a, slot(1, i));
+      Staged::read(y_prev, slot(2, i));
+      const bool last = t.first_q + i == t.len - 1;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        state[j] = a[j] * state[j] + v[j];
+        y_prev[j] = (last ? initial[j] : y_prev[j]) * state[j];
+      }
+      store_channels<V>(dx_at, state);
+      store_channels<V>(dc_at, y_prev);
+    }
+    if (has_last) {
+      // The last step's d_inputs is the state after the loop.
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        static_cast<T*>(p.d_initial)[t.off[j][kBwdDInitial]] = from_acc<T>(state[j] * last_coeff[j]);
     }
   }
 }
@@ -259,7 +459,18 @@ __global__ void __launch_bounds__(NT) strided_kernel(const Params p) {
 template <typename T, TileConfig C, int V, bool kBackward>
 constexpr auto strided_kernel_for() {
   using Params = std::conditional_t<kBackward, BackwardParams, ForwardParams>;
-  return strided_kernel<T, C.elems_per_thread, C.threads_per_block, V, kBackward, Params>;
+  if constexpr (C.memcode == MemCode::kStaged)
+    return strided_staged_kernel<T, C.elems_per_thread, C.threads_per_block, V, kBackward, Params>;
+  else
+    return strided_kernel<T, C.elems_per_thread, C.threads_per_block, V, kBackward, Params>;
+}
+
+template <typename T, TileConfig C, int V, bool kBackward>
+constexpr int strided_dynamic_smem_bytes() {
+  if constexpr (C.memcode == MemCode::kStaged)
+    return StagedChannels<T, V>::template smem_bytes<C.elems_per_thread, C.threads_per_block>(kBackward);
+  else
+    return 0;
 }
 
 // Whether each lane may scan two adjacent channels: 16-bit storage, and in
@@ -301,27 +512,30 @@ int64_t strided_workspace_bytes(int64_t num_seqs, int64_t seq_len, const TileCon
 }
 
 template <typename T, TileConfig C, int V, bool kBackward, typename Params>
-void launch_strided_with(const Params& p, cudaStream_t stream, const char* name) {
+void launch_strided_with(const Params& p, cudaStream_t stream, const std::string& name) {
   constexpr int64_t kChunkLen = static_cast<int64_t>(C.threads_per_block / kWarpSize) * C.elems_per_thread;
   const StridedWork shape = strided_shape<kChunkLen, kWarpSize * V>(p.num_seqs, p.seq_len);
   const int64_t blocks = shape.padded_seqs / (kWarpSize * V) * shape.num_chunks;
-  if (blocks > 0x7fffffff) throw std::runtime_error(std::string("linrec: ") + name + " needs more than 2^31-1 blocks");
-  strided_kernel_for<T, C, V, kBackward>()<<<static_cast<unsigned>(blocks), C.threads_per_block, 0, stream>>>(p);
+  if (blocks > 0x7fffffff) throw std::runtime_error("linrec: " + name + " needs more than 2^31-1 blocks");
+  if (blocks == 0) return;
+  constexpr auto kernel = strided_kernel_for<T, C, V, kBackward>();
+  constexpr int smem = strided_dynamic_smem_bytes<T, C, V, kBackward>();
+  allow_dynamic_smem<C, smem>(kernel, name);
+  kernel<<<static_cast<unsigned>(blocks), C.threads_per_block, smem, stream>>>(p);
+  check_launch(name.c_str());
 }
 
 template <typename T, bool kBackward, typename Params>
 void launch_strided(const Params& p, const TileConfig& config, cudaStream_t stream) {
-  const char* name = kBackward ? "linrec_strided_bwd" : "linrec_strided_fwd";
-  if (p.chain_workspace == nullptr) throw std::runtime_error(std::string("linrec: ") + name + " needs a workspace");
+  const std::string name = kBackward ? "linrec_strided_bwd" : "linrec_strided_fwd";
+  if (p.chain_workspace == nullptr) throw std::runtime_error("linrec: " + name + " needs a workspace");
   const bool pairs = strided_pairs_channels<T>(p);
   dispatch_config<STRIDED_CONFIG_LIST>(config, [&]<TileConfig C>() {
     if constexpr (sizeof(T) == 2) {
       if (pairs) return launch_strided_with<T, C, 2, kBackward>(p, stream, name);
     }
     launch_strided_with<T, C, 1, kBackward>(p, stream, name);
-  }, name);
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) throw std::runtime_error(std::string("linrec: ") + name + " failed: " + cudaGetErrorString(err));
+  }, name.c_str());
 }
 
 template <typename T, bool kBackward>
