@@ -520,7 +520,9 @@ void launch_strided_with(const Params& p, cudaStream_t stream, const std::string
   if (blocks == 0) return;
   constexpr auto kernel = strided_kernel_for<T, C, V, kBackward>();
   constexpr int smem = strided_dynamic_smem_bytes<T, C, V, kBackward>();
-  allow_dynamic_smem<C, smem>(kernel, name);
+  // Static: the slices' totals, and the block's chunk number (next_tile_number).
+  constexpr int kStaticSmem = sizeof(StridedStorage<acc_t<T>, V>) + 16;
+  allow_dynamic_smem<C, smem, kStaticSmem>(kernel, name);
   kernel<<<static_cast<unsigned>(blocks), C.threads_per_block, smem, stream>>>(p);
   check_launch(name.c_str());
 }

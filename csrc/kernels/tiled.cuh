@@ -201,10 +201,11 @@ inline std::string tiled_name(Schedule s, bool backward) {
   return std::string("linrec_") + (s == Schedule::kOneTile ? "tile" : "pipe") + (backward ? "_bwd" : "_fwd");
 }
 
-// Shared memory beyond the default 48 KiB, where a config stages that much.
-template <TileConfig C, int kSmem, typename Kernel>
+// Shared memory beyond the default 48 KiB, where a config stages that much:
+// kSmem dynamic bytes, on top of the kernel's static kStaticSmem (at most).
+template <TileConfig C, int kSmem, int kStaticSmem = 0, typename Kernel>
 void allow_dynamic_smem(Kernel kernel, const std::string& name) {
-  if constexpr (kSmem > 48 * 1024) {
+  if constexpr (kSmem + kStaticSmem > 48 * 1024) {
     const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
     if (err != cudaSuccess)
       throw std::runtime_error("linrec: " + name + " needs " + std::to_string(kSmem) +
