@@ -131,11 +131,13 @@ inline KernelChoice select_config(int64_t seq_len, int64_t num_seqs, bool unit_e
   const bool storage_16bit = elem_bytes == 2;
   // Sequences strided along their length (channel-last data scanned over T):
   // lanes on neighbouring channels, time cut into chunks chained by look-back.
-  // H100, (4096, 16384) over dim 0, GB/s forward / backward: fp32 16x128
-  // 2818 / 2663; bf16 (two channels a lane) 8x128 1320 / 1722.
+  // H100, (4096, 16384) over dim 0, GB/s forward / backward, one device call:
+  // slices staged in shared memory, 16x256: fp32 2829 / 2824, bf16 (two
+  // channels a lane) 2686 / 2763; in registers at best fp32 2856 / 2848 (two
+  // configs), bf16 1312 / 1705 (8x128). Short sequences keep the short chunk.
   if (!unit_elem_stride) {
-    if (storage_16bit || seq_len < 256) return {KernelKind::kStrided, {8, 128, MemCode::kDirect, kFull}};
-    return {KernelKind::kStrided, {16, 128, MemCode::kDirect, kFull}};
+    if (seq_len < 256) return {KernelKind::kStrided, {8, 128, MemCode::kDirect, kFull}};
+    return {KernelKind::kStrided, {16, 256, MemCode::kStaged, kFull}};
   }
   // Fewer sequences than the GPU has room for blocks (one block per sequence
   // would leave SMs idle), each several tiles long: a block per tile. H100,

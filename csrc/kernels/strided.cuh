@@ -13,7 +13,10 @@
 //      finds the state before the chunk by a per-thread decoupled look-back
 //      over the chunks before it (lookback.cuh), publishing its own;
 //   3. it hands every slice its entering state through shared memory, and each
-//      thread rescans its E steps (still in registers) and stores them.
+//      thread rescans its E steps and stores them.
+// A thread holds its E steps in registers (strided_kernel, MemCode::kDirect) or
+// in shared memory (strided_staged_kernel, MemCode::kStaged), where they cost
+// no registers while they load and while the block looks back.
 // Chunks get their numbers in launch order, chunk-major, so a chunk's
 // predecessor in time started before it. The backward is the same scan run
 // against the forward direction, as in tiled.cuh: over d_outputs, with the
