@@ -69,8 +69,9 @@ constexpr auto STRIDED_CONFIG_LIST =
 // memory (MemCode::kStaged): registers then hold no tile while it loads and
 // while the block looks back, so an SM keeps more bytes in flight.
 constexpr auto CHAINED_CONFIG_LIST =
-    concat(CONFIG_LIST, product(std::array{16, 32}, std::array{128, 256}, std::array{MemCode::kStaged},
-                                std::array{AlgoCode::kBlock}));
+    concat(concat(CONFIG_LIST, product(std::array{16, 32}, std::array{128, 256}, std::array{MemCode::kStaged},
+                                       std::array{AlgoCode::kBlock})),
+           product(std::array{64}, std::array{128}, std::array{MemCode::kStaged}, std::array{AlgoCode::kBlock}));
 
 // The packed kernels (packed.cuh): sequences of at most 32 * elems_per_thread
 // elements, several to a warp, threads_per_block threads to a block.
