@@ -142,12 +142,15 @@ inline KernelChoice select_config(int64_t seq_len, int64_t num_seqs, bool unit_e
   }
   // Fewer sequences than the GPU has room for blocks (one block per sequence
   // would leave SMs idle), each several tiles long: a block per tile. H100,
-  // 1 x 2^24, GB/s: forward, tiles staged in shared memory 32x128 (fp32 2338,
-  // bf16 1856) over the best in registers (2037, 1640); backward staged 32x128
-  // for fp32 (2442 against 2274 at best in registers), but in registers 16x256
-  // for 16-bit storage (1836 against 1754 staged).
+  // 1 x 2^24, GB/s: forward, tiles staged in shared memory, 32x128 for fp32
+  // (2338 against 2037 at best in registers), 64x128 for 16-bit storage (1965
+  // against 1869 for 32x128 and 1633 in registers, one device call: a tile of
+  // the same bytes as fp32's); backward staged 32x128 for fp32 (2442 against
+  // 2274 at best in registers), but in registers 16x256 for 16-bit storage
+  // (1827-1836 against 1723-1764 staged).
   if (num_seqs < 2 * static_cast<int64_t>(sm_count) && seq_len >= 16384) {
-    if (!backward || !storage_16bit) return {KernelKind::kChained, {32, 128, MemCode::kStaged, kFull}};
+    if (!backward) return {KernelKind::kChained, {storage_16bit ? 64 : 32, 128, MemCode::kStaged, kFull}};
+    if (!storage_16bit) return {KernelKind::kChained, {32, 128, MemCode::kStaged, kFull}};
     return {KernelKind::kChained, {16, 256, MemCode::kVector, kFull}};
   }
   // Short sequences, several to a warp: packed 8x128 leads from 32 to 256

@@ -19,6 +19,7 @@
 #include "../memio.h"
 #include "../params.h"
 #include "scan.cuh"
+#include "tiled.cuh"
 
 namespace linrec {
 
@@ -123,8 +124,7 @@ void launch_packed(const Params& p, const TileConfig& config, cudaStream_t strea
     const int64_t blocks = (p.num_seqs + per_block - 1) / per_block;
     if (blocks > 0x7fffffff) throw std::runtime_error(std::string("linrec: ") + name + " needs more than 2^31-1 blocks");
     packed_kernel<T, C, kBackward>()<<<static_cast<unsigned>(blocks), C.threads_per_block, 0, stream>>>(p);
-    const cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) throw std::runtime_error(std::string("linrec: ") + name + " failed: " + cudaGetErrorString(err));
+    check_launch(name);
   }, name);
 }
 
