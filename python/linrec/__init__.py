@@ -44,7 +44,7 @@ def compiled_configs(kernel: str = "tile") -> list[tuple[int, int, int, int]]:
     """The compiled configs of a CUDA kernel as (elems_per_thread, threads_per_block, memcode, algocode).
 
     tile and pipe share one list; chained has those and its staged configs (memcode 3);
-    strided and packed have their own.
+    strided (registers, memcode 0, or staged, memcode 3) and packed have their own.
     """
     if kernel not in _CONFIG_FAMILIES:
         raise ValueError(f"linrec: kernel={kernel!r}; expected one of {', '.join(_CONFIG_FAMILIES)}")

@@ -89,9 +89,10 @@ def linrec_chained(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems
 
 
 def linrec_strided(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems_per_thread=16,
-                   threads_per_block=256, memcode=0, algocode=3):
+                   threads_per_block=256, memcode=3, algocode=3):
     """Lanes across 32 sequences (64 for 16-bit channel pairs), elems_per_thread steps per thread,
-    threads_per_block / 32 warps splitting a chunk of time; see linrec.compiled_configs("strided")."""
+    threads_per_block / 32 warps splitting a chunk of time, each thread's steps in registers
+    (memcode 0) or staged in shared memory (memcode 3); see linrec.compiled_configs("strided")."""
     return _run_config("strided", KERNEL_STRIDED, inputs, coeffs, reverse, dim, initial,
                        (elems_per_thread, threads_per_block, memcode, algocode))
 
