@@ -205,9 +205,10 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
     for (int i = 0; i < kChunk; ++i) x[i] = to_acc<Acc>(vs[i]);
   };
 
-  // Step 2: fold this thread's elements in scan order.
-  Acc total_y = Acc(0), total_c = Acc(1);
-  auto fold_row = [&]<bool kRev>() {
+  // Visits this thread's elements in scan order, one 16-byte chunk at a time:
+  // visit(x, a, i) for element i of chunk j (x its value, a its coefficient),
+  // then end_chunk(j). Shared by the fold and the rescan.
+  auto walk_row = [&]<bool kRev>(auto&& visit, auto&& end_chunk) {
 #pragma unroll
     for (int jj = 0; jj < kChunks; ++jj) {
       const int j = kRev ? kChunks - 1 - jj : jj;
@@ -217,13 +218,24 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
 #pragma unroll
       for (int ii = 0; ii < kChunk; ++ii) {
         const int i = kRev ? kChunk - 1 - ii : ii;
-        total_y = a[i] * total_y + x[i];
-        total_c = a[i] * total_c;
+        visit(x[i], a[i], i);
       }
+      end_chunk(j);
     }
   };
-  if (b.rev) fold_row.template operator()<true>();
-  else fold_row.template operator()<false>();
+  auto in_scan_order = [&](auto&& visit, auto&& end_chunk) {
+    if (b.rev) walk_row.template operator()<true>(visit, end_chunk);
+    else walk_row.template operator()<false>(visit, end_chunk);
+  };
+
+  // Step 2: fold this thread's elements.
+  Acc total_y = Acc(0), total_c = Acc(1);
+  in_scan_order(
+      [&](Acc x, Acc a, int) {
+        total_y = a * total_y + x;
+        total_c = a * total_c;
+      },
+      [](int) {});
   Acc ex_y, ex_c;
   scan_warp(total_y, total_c, b.rev, ex_y, ex_c);
   const Acc before_warp = scan_block<NT>(
@@ -233,28 +245,16 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
       },
       b.rev, storage);
 
-  // Step 3: rescan from the state before this thread, results in place.
+  // Step 3: rescan from the state before this thread, results in place, a
+  // chunk written back whole once all its elements are in `out`.
   Acc state = ex_c * before_warp + ex_y;
-  auto rescan_row = [&]<bool kRev>() {
-#pragma unroll
-    for (int jj = 0; jj < kChunks; ++jj) {
-      const int j = kRev ? kChunks - 1 - jj : jj;
-      Acc x[kChunk], a[kChunk];
-      chunk_values(j, x);
-      chunk_coeffs(j, a);
-      uint4 raw;
-      T* out = reinterpret_cast<T*>(&raw);
-#pragma unroll
-      for (int ii = 0; ii < kChunk; ++ii) {
-        const int i = kRev ? kChunk - 1 - ii : ii;
-        state = a[i] * state + x[i];
-        out[i] = from_acc<T>(state);
-      }
-      reinterpret_cast<uint4*>(my_v)[j] = raw;
-    }
-  };
-  if (b.rev) rescan_row.template operator()<true>();
-  else rescan_row.template operator()<false>();
+  uint4 out;
+  in_scan_order(
+      [&](Acc x, Acc a, int i) {
+        state = a * state + x;
+        reinterpret_cast<T*>(&out)[i] = from_acc<T>(state);
+      },
+      [&](int j) { reinterpret_cast<uint4*>(my_v)[j] = out; });
   if constexpr (!kBackward) {
     __syncthreads();
     store_staged_tile<E, NT>(static_cast<T*>(p.outputs) + b.off[kFwdOutputs], es[kFwdOutputs], tile_v, b.start, b.len);
