@@ -75,7 +75,7 @@ constexpr auto CHAINED_CONFIG_LIST =
 
 // The packed kernels (packed.cuh): sequences of at most 32 * elems_per_thread
 // elements, several to a warp, threads_per_block threads to a block.
-constexpr auto PACKED_CONFIG_LIST = product(std::array{4, 8}, std::array{128, 256},
+constexpr auto PACKED_CONFIG_LIST = product(std::array{4, 8, 16}, std::array{128, 256},
                                             std::array{MemCode::kVector}, std::array{AlgoCode::kBlock});
 
 // Calls fn.template operator()<C>() for the compiled config C equal to `config`.
@@ -146,16 +146,22 @@ inline KernelChoice select_config(int64_t seq_len, int64_t num_seqs, bool unit_e
   // (2338 against 2037 at best in registers), 64x128 for 16-bit storage (1965
   // against 1869 for 32x128 and 1633 in registers, one device call: a tile of
   // the same bytes as fp32's); backward staged 32x128 for fp32 (2442 against
-  // 2274 at best in registers), but in registers 16x256 for 16-bit storage
-  // (1827-1836 against 1723-1764 staged).
+  // 2274 at best in registers), and staged 32x128 for 16-bit storage too since
+  // its d_coeffs are stored 16 bytes a thread (1976 against 1833 for 16x256 in
+  // registers, one device call).
   if (num_seqs < 2 * static_cast<int64_t>(sm_count) && seq_len >= 16384) {
     if (!backward) return {KernelKind::kChained, {storage_16bit ? 64 : 32, 128, MemCode::kStaged, kFull}};
-    if (!storage_16bit) return {KernelKind::kChained, {32, 128, MemCode::kStaged, kFull}};
-    return {KernelKind::kChained, {16, 256, MemCode::kVector, kFull}};
+    return {KernelKind::kChained, {32, 128, MemCode::kStaged, kFull}};
   }
   // Short sequences, several to a warp: packed 8x128 leads from 32 to 256
-  // (fp32, fwd and bwd), 4x128 at 16.
+  // (fp32, fwd and bwd), 4x128 at 16. For 16-bit storage 16x128 (the same 32
+  // bytes a thread) leads from 128: H100, 13200 sequences, GB/s against 8x128
+  // fwd / bwd, L = 128: 2559 / 2690 against 2307 / 2545; L = 256: 3459 / 2959
+  // against 3216 / 2760; and to 512 forward (3006 against tile 8x64's 2877;
+  // backward, tile 8x64 2292 against 2210).
   if (seq_len <= 16) return {KernelKind::kPacked, {4, 128, MemCode::kVector, kFull}};
+  if (storage_16bit && seq_len >= 128 && seq_len <= (backward ? 256 : 512))
+    return {KernelKind::kPacked, {16, 128, MemCode::kVector, kFull}};
   if (seq_len <= 32 * 8) return {KernelKind::kPacked, {8, 128, MemCode::kVector, kFull}};
   return select_one_block_per_seq(seq_len, backward, storage_16bit);
 }

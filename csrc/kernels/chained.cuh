@@ -269,16 +269,47 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
     cp_async_wait<0>();
     __syncthreads();
     T* dc = static_cast<T*>(p.d_coeffs) + b.off[kBwdDCoeffs];
-    for (int e = threadIdx.x; e < kTileLen; e += NT) {
-      const int64_t pos = b.start + e;
-      if (pos >= b.len) continue;
-      const T g = staged_at<T, E>(tile_v, e);
+    // y_prev(e): the forward's output one forward step before tile element e.
+    auto y_prev = [&](int e) {
       const int prev = e - static_cast<int>(fwd_step);
-      const Acc y_prev = prev >= 0 && prev < kTileLen ? to_acc<Acc>(staged_at<T, E>(tile_y, prev)) : edge_y;
-      dc[pos * es[kBwdDCoeffs]] = from_acc<T>(to_acc<Acc>(g) * (pos == first ? b.initial : y_prev));
-      if (pos == first)
-        static_cast<T*>(p.d_initial)[b.off[kBwdDInitial]] = from_acc<T>(to_acc<Acc>(g) * first_c);
+      return prev >= 0 && prev < kTileLen ? to_acc<Acc>(staged_at<T, E>(tile_y, prev)) : edge_y;
+    };
+    if (es[kBwdDCoeffs] == 1 && b.start + kTileLen <= b.len && reinterpret_cast<uintptr_t>(dc + b.start) % 16 == 0) {
+      // 16 bytes a thread, consecutive threads on consecutive chunks: as many
+      // instructions per byte for 16-bit storage as for fp32.
+#pragma unroll 2
+      for (int q = threadIdx.x; q < kTileLen / kChunk; q += NT) {
+        const int e0 = q * kChunk;
+        const uint4 g_raw = *reinterpret_cast<const uint4*>(&staged_at<T, E>(tile_v, e0));
+        const uint4 y_raw = *reinterpret_cast<const uint4*>(&staged_at<T, E>(tile_y, e0));
+        const T* g = reinterpret_cast<const T*>(&g_raw);
+        const T* ys = reinterpret_cast<const T*>(&y_raw);
+        const Acc y_outside = y_prev(p.reverse ? e0 + kChunk - 1 : e0);  // the one neighbour outside the chunk
+        Acc yp[kChunk];  // y_prev of the chunk's elements; one loop per direction keeps indices constant
+        if (p.reverse) {
+#pragma unroll
+          for (int i = 0; i < kChunk; ++i) yp[i] = i + 1 < kChunk ? to_acc<Acc>(ys[i + 1 < kChunk ? i + 1 : i]) : y_outside;
+        } else {
+#pragma unroll
+          for (int i = 0; i < kChunk; ++i) yp[i] = i > 0 ? to_acc<Acc>(ys[i > 0 ? i - 1 : i]) : y_outside;
+        }
+        uint4 out;
+#pragma unroll
+        for (int i = 0; i < kChunk; ++i)
+          reinterpret_cast<T*>(&out)[i] = from_acc<T>(to_acc<Acc>(g[i]) * (b.start + e0 + i == first ? b.initial : yp[i]));
+        *reinterpret_cast<uint4*>(dc + b.start + e0) = out;
+      }
+    } else {
+      for (int e = threadIdx.x; e < kTileLen; e += NT) {
+        const int64_t pos = b.start + e;
+        if (pos >= b.len) continue;
+        const Acc g = to_acc<Acc>(staged_at<T, E>(tile_v, e));
+        dc[pos * es[kBwdDCoeffs]] = from_acc<T>(g * (pos == first ? b.initial : y_prev(e)));
+      }
     }
+    if (threadIdx.x == 0 && first >= b.start && first < b.start + kTileLen)
+      static_cast<T*>(p.d_initial)[b.off[kBwdDInitial]] =
+          from_acc<T>(to_acc<Acc>(staged_at<T, E>(tile_v, static_cast<int>(first - b.start))) * first_c);
   }
 }
 

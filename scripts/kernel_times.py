@@ -1,0 +1,62 @@
+"""Per-kernel GPU durations of linrec and torch.add calls, from the torch profiler.
+
+Shows what a call's time is made of (the chained kernels' workspace fill, the
+scan kernel itself) and how a kernel's time grows with the length: fitting
+t = a * n + b over lengths separates the steady rate from a fixed cost.
+
+Usage: python scripts/kernel_times.py [--dtypes float32 bfloat16] [--lengths 22 23 24 25 26] [--seqs 1]
+"""
+
+import argparse
+import statistics
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import linrec
+
+
+def kernel_medians(fn, reps):
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    times = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            times.setdefault(e.name, []).append(e.device_time)
+    return {name: (statistics.median(ts), len(ts) // reps) for name, ts in times.items()}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
+    parser.add_argument("--lengths", nargs="+", type=int, default=[22, 23, 24, 25, 26], help="log2 lengths")
+    parser.add_argument("--seqs", type=int, default=1)
+    parser.add_argument("--reps", type=int, default=20)
+    args = parser.parse_args()
+    print(torch.cuda.get_device_name())
+    for dtype_name in args.dtypes:
+        dtype = getattr(torch, dtype_name)
+        for log_len in args.lengths:
+            shape = (args.seqs, 2**log_len)
+            x = torch.randn(shape, device="cuda").to(dtype)
+            c = (torch.rand(shape, device="cuda") * 0.5 + 0.5).to(dtype)
+            y = linrec.linrec(x, c)
+            dy = torch.randn_like(y)
+            cases = {
+                "add": lambda: torch.add(x, c),
+                "fwd": lambda: linrec.linrec(x, c),
+                "bwd": lambda: torch.ops.linrec.linrec_bwd(dy, c, y, None, -1, False, 0, 0, 0, 0, 0),
+            }
+            for case, fn in cases.items():
+                for name, (us, per_call) in kernel_medians(fn, args.reps).items():
+                    print(f"{dtype_name:9s} {args.seqs} x 2^{log_len} {case:4s} {us:9.1f} us  x{per_call}  {name[:90]}")
+            del x, c, y, dy
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
