@@ -64,6 +64,14 @@ enum BwdSlot : int {
   kNumBwdSlots
 };
 
+// The chained kernels' first wave (see wait_for_lead in lookback.cuh): tiles
+// numbered from `lead` up to `first_wave` load only once the tile `lead`
+// numbers before them has published its aggregate. lead = 0: no waiting.
+struct ChainLead {
+  int64_t lead = 0;
+  int64_t first_wave = 0;
+};
+
 struct ForwardParams {
   SeqIndexer<kNumFwdSlots> index;
   int64_t num_seqs = 0;
@@ -74,6 +82,7 @@ struct ForwardParams {
   const void* initial = nullptr;  // nullptr: the state starts at zero
   void* outputs = nullptr;
   void* chain_workspace = nullptr;  // chained kernels only: zeroed, see lookback.cuh
+  ChainLead chain_lead;              // chained kernels only: see lookback.cuh
 };
 
 struct BackwardParams {
@@ -89,6 +98,7 @@ struct BackwardParams {
   void* d_coeffs = nullptr;
   void* d_initial = nullptr;
   void* chain_workspace = nullptr;  // chained kernels only: zeroed, see lookback.cuh
+  ChainLead chain_lead;              // chained kernels only: see lookback.cuh
 };
 
 // Storage dtypes; arithmetic is float32 for the 16-bit types.
