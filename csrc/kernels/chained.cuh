@@ -343,9 +343,12 @@ int64_t chained_workspace_bytes(int64_t num_seqs, int64_t seq_len, const TileCon
 
 // The lead of `blocks` tiles (see wait_for_lead): half the first wave, when
 // the tiles fill more than one. A single wave gains nothing from loading in
-// order and loses the lead's wait (H100, 1 x 2^22 bf16 backward, one wave,
-// a lead of 384 tiles: 23.0 -> 27.9 µs). Blocks an SM are computed once per kernel; a failed query
-// gives no lead, which only costs speed.
+// order and loses the lead's wait (H100, 1 x 2^22 bf16 backward, one wave, a
+// lead of 384 tiles: 23.0 -> 27.9 µs). Blocks an SM are computed once per
+// kernel; a failed query gives no lead, which only costs speed. The wait never
+// deadlocks, whatever the lead: a tile waits only on a smaller tile number,
+// whose block has started, and a block publishes its aggregate before it
+// waits on anything but its own lead.
 template <auto kKernel, int kThreads, int kSmem>
 ChainLead chained_lead(int64_t blocks) {
   static const int per_sm = [] {
