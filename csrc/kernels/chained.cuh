@@ -351,14 +351,19 @@ int64_t chained_workspace_bytes(int64_t num_seqs, int64_t seq_len, const TileCon
 // waits on anything but its own lead.
 template <auto kKernel, int kThreads, int kSmem>
 ChainLead chained_lead(int64_t blocks) {
+  // A failed query's error is cleared, so that check_launch does not report it.
   static const int per_sm = [] {
     int n = 0;
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, kThreads, kSmem) == cudaSuccess ? n : 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, kThreads, kSmem) == cudaSuccess) return n;
+    cudaGetLastError();
+    return 0;
   }();
   int device = 0, sms = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    cudaGetLastError();
     return {};
+  }
   const int64_t first_wave = static_cast<int64_t>(sms) * per_sm;
   if (blocks <= first_wave) return {};
   return {first_wave / 2, first_wave};
