@@ -181,26 +181,25 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
   const int row = static_cast<int>(threadIdx.x) * E;  // this thread's first tile element
   unsigned char* my_v = tile_v + threadIdx.x * staged_row_bytes<T, E>();
   const unsigned char* my_c = tile_c + threadIdx.x * staged_row_bytes<T, E>();
-  // The scan's coefficients of chunk j of this thread's row, in element order.
+  // This thread's coefficients of chunk j, in element order.
   auto chunk_coeffs = [&](int j, Acc (&a)[kChunk]) {
     const uint4 raw = reinterpret_cast<const uint4*>(my_c)[j];
     const T* cs = reinterpret_cast<const T*>(&raw);
-    if constexpr (!kBackward) {
 #pragma unroll
-      for (int i = 0; i < kChunk; ++i) a[i] = to_acc<Acc>(cs[i]);
-    } else {
-      // coeffs[next(l)]: from this chunk, else the neighbouring chunk or the
-      // tile's edge; 0 past the sequence.
-#pragma unroll
-      for (int i = 0; i < kChunk; ++i) {
-        const int e = row + j * kChunk + i, next = p.reverse ? e - 1 : e + 1;
-        const bool inside_chunk = p.reverse ? i > 0 : i + 1 < kChunk;
-        if (b.start + next < 0 || b.start + next >= b.len) a[i] = Acc(0);
-        else if (inside_chunk) a[i] = p.reverse ? to_acc<Acc>(cs[i > 0 ? i - 1 : 0]) : to_acc<Acc>(cs[i + 1 < kChunk ? i + 1 : i]);
-        else a[i] = next >= 0 && next < kTileLen ? to_acc<Acc>(staged_at<T, E>(tile_c, next)) : edge_c;
-      }
-    }
+    for (int i = 0; i < kChunk; ++i) a[i] = to_acc<Acc>(cs[i]);
   };
+  // The backward scan's coefficient at l is coeffs[next(l)], and next(l) is
+  // the element it visits just before l: the walk passes each coefficient on
+  // to the next element, and only the row's first element looks beyond the
+  // row (0 past the sequence). Padding visited before the sequence's last
+  // element passes on its fill 1 instead of 0, which multiplies a state of 0:
+  // that tile is the first in scan order, entered with 0, and padding adds 0.
+  Acc row_entry_c = Acc(0);
+  if constexpr (kBackward) {
+    const int next = p.reverse ? row - 1 : row + E;
+    if (b.start + next >= 0 && b.start + next < b.len)
+      row_entry_c = next >= 0 && next < kTileLen ? to_acc<Acc>(staged_at<T, E>(tile_c, next)) : edge_c;
+  }
   auto chunk_values = [&](int j, Acc (&x)[kChunk]) {
     const uint4 raw = reinterpret_cast<const uint4*>(my_v)[j];
     const T* vs = reinterpret_cast<const T*>(&raw);
@@ -209,9 +208,10 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
   };
 
   // Visits this thread's elements in scan order, one 16-byte chunk at a time:
-  // visit(x, a, i) for element i of chunk j (x its value, a its coefficient),
-  // then end_chunk(j). Shared by the fold and the rescan.
+  // visit(x, a, i) for element i of chunk j (x its value, a the scan's
+  // coefficient), then end_chunk(j). Shared by the fold and the rescan.
   auto walk_row = [&]<bool kRev>(auto&& visit, auto&& end_chunk) {
+    Acc carry = row_entry_c;
 #pragma unroll
     for (int jj = 0; jj < kChunks; ++jj) {
       const int j = kRev ? kChunks - 1 - jj : jj;
@@ -221,7 +221,12 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
 #pragma unroll
       for (int ii = 0; ii < kChunk; ++ii) {
         const int i = kRev ? kChunk - 1 - ii : ii;
-        visit(x[i], a[i], i);
+        if constexpr (kBackward) {
+          visit(x[i], carry, i);
+          carry = a[i];
+        } else {
+          visit(x[i], a[i], i);
+        }
       }
       end_chunk(j);
     }
