@@ -141,18 +141,17 @@ inline KernelChoice select_config(int64_t seq_len, int64_t num_seqs, bool unit_e
     return {KernelKind::kStrided, {16, 256, MemCode::kStaged, kFull}};
   }
   // Fewer sequences than the GPU has room for blocks (one block per sequence
-  // would leave SMs idle), each several tiles long: a block per tile. H100,
-  // 1 x 2^24, GB/s: forward, tiles staged in shared memory, 32x128 for fp32
-  // (2338 against 2037 at best in registers), 64x128 for 16-bit storage (1965
-  // against 1869 for 32x128 and 1633 in registers, one device call: a tile of
-  // the same bytes as fp32's); backward staged 32x128 for fp32 (2442 against
-  // 2274 at best in registers), and staged 32x128 for 16-bit storage too since
-  // its d_coeffs are stored 16 bytes a thread (1976 against 1833 for 16x256 in
-  // registers, one device call).
-  if (num_seqs < 2 * static_cast<int64_t>(sm_count) && seq_len >= 16384) {
-    if (!backward) return {KernelKind::kChained, {storage_16bit ? 64 : 32, 128, MemCode::kStaged, kFull}};
-    return {KernelKind::kChained, {32, 128, MemCode::kStaged, kFull}};
-  }
+  // would leave SMs idle), each several tiles long: a block per tile, staged in
+  // shared memory, 32x128 for fp32 and 64x128 for 16-bit storage (a tile of the
+  // same bytes) both ways. H100, one sequence, kernel µs at 2^22 / 2^24 / 2^26,
+  // one device call: fp32 forward 32x128 24.7 / 79.6 / 300.0 (64x128 25.1 /
+  // 79.8 / 293.5, 16x256 27.9 / 87.1 / 323.0), backward 38.3 / 125.4 / 484.9
+  // (64x128 39.7 / 125.6 / 489.5); bf16 forward 64x128 11.1 / 44.6 / 153.0
+  // (32x128 12.5 / 49.0 / 173.3), backward 64x128 19.2 / 69.4 / 247.6 (32x128
+  // 21.3 / 74.1 / 270.2, 32x256 19.9 / 72.7 / 270.6). Tiles in registers were
+  // slower at 1 x 2^24 (fp32 forward 2037 GB/s against staged 2338, tune).
+  if (num_seqs < 2 * static_cast<int64_t>(sm_count) && seq_len >= 16384)
+    return {KernelKind::kChained, {storage_16bit ? 64 : 32, 128, MemCode::kStaged, kFull}};
   // Short sequences, several to a warp: packed 8x128 leads from 32 to 256
   // (fp32, fwd and bwd), 4x128 at 16. For 16-bit storage 16x128 (the same 32
   // bytes a thread) leads from 128: H100, 13200 sequences, GB/s against 8x128

@@ -263,17 +263,11 @@ def test_coeff_broadcast(impl, coeff_shape):
     check_fwd_bwd(gpu_impls()[impl], x, c, h0.expand(6, 9), False)
 
 
-@pytest.mark.parametrize("impl", ["linrec", "cuda.linrec_pipe", "cuda.linrec_chained", "triton.linrec_pipe"])
-@pytest.mark.parametrize("shape", [(1, 2**24), (4, 2**22 + 7)], ids=str)
-@pytest.mark.parametrize("reverse", [False, True])
-def test_long_sequences(impl, shape, reverse):
-    fn = gpu_impls()[impl]
-    x, c = inputs(shape, torch.float32)
-    c = c * 0.0 + (1.0 - torch.rand(shape, device="cuda") * 1e-3)  # long memory
-    h0 = torch.randn(shape[0], device="cuda")
-    poison(3 * x.numel() * 4)
+def check_long(fn, x, c, h0, reverse, tol):
+    """Forward and gradients of one long scan against the chunked float64 reference."""
+    poison(3 * x.numel() * x.element_size())
     y = fn(x, c, reverse, initial=h0)
-    assert rel_error(y, reference_chunked(x, c, reverse, h0)) < 1e-5
+    assert rel_error(y, reference_chunked(x, c, reverse, h0)) < tol
     dy = torch.randn_like(y)
     leaves = [t.clone().requires_grad_() for t in (x, c, h0)]
     dx, dc, dh0 = torch.autograd.grad(fn(*leaves[:2], reverse, initial=leaves[2]), leaves, dy)
@@ -281,11 +275,34 @@ def test_long_sequences(impl, shape, reverse):
     zero = torch.zeros_like(c[:, :1])
     c_next = torch.cat([zero, c[:, :-1]], 1) if reverse else torch.cat([c[:, 1:], zero], 1)
     dx_ref = reference_chunked(dy, c_next, not reverse)
-    assert rel_error(dx, dx_ref) < 1e-5
+    assert rel_error(dx, dx_ref) < tol
     y_prev = torch.cat([y[:, 1:], h0[:, None]], 1) if reverse else torch.cat([h0[:, None], y[:, :-1]], 1)
-    assert rel_error(dc, dx_ref * y_prev.double()) < 1e-5
+    assert rel_error(dc, dx_ref * y_prev.double()) < tol
     first = -1 if reverse else 0
-    assert rel_error(dh0, dx_ref[:, first] * c[:, first].double()) < 1e-5
+    assert rel_error(dh0, dx_ref[:, first] * c[:, first].double()) < tol
+
+
+@pytest.mark.parametrize("impl", ["linrec", "cuda.linrec_pipe", "cuda.linrec_chained", "triton.linrec_pipe"])
+@pytest.mark.parametrize("shape", [(1, 2**24), (4, 2**22 + 7)], ids=str)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_long_sequences(impl, shape, reverse):
+    x, c = inputs(shape, torch.float32)
+    c = c * 0.0 + (1.0 - torch.rand(shape, device="cuda") * 1e-3)  # long memory
+    h0 = torch.randn(shape[0], device="cuda")
+    check_long(gpu_impls()[impl], x, c, h0, reverse, 1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_long_sequences_16bit(dtype, reverse):
+    """The rule's 16-bit chained tiles, more than one wave of them, against the float64
+    reference of the rounded inputs; coefficients 1 or 1 - 2^-8 carry a state for
+    thousands of steps, across tiles."""
+    shape = (2, 2**22 + 7)
+    x = torch.randn(shape, device="cuda").to(dtype)
+    c = torch.where(torch.rand(shape, device="cuda") < 0.9, 1.0, 1.0 - 2**-8).to(dtype)
+    h0 = torch.randn(shape[0], device="cuda").to(dtype)
+    check_long(linrec.linrec, x, c, h0, reverse, TOL[dtype])
 
 
 def test_more_than_2_31_elements():
