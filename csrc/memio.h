@@ -69,16 +69,14 @@ __device__ __forceinline__ bool vector_ok(const T* seq, int64_t stride, int64_t 
          reinterpret_cast<uintptr_t>(seq + first) % kBytes == 0;
 }
 
+// E elements from `src`, which is aligned to vec_bytes<T, E>() and holds them all.
 template <int E, typename T, typename Acc>
-__device__ __forceinline__ void load_vector(Acc (&dst)[E], const T* seq, int64_t stride, int64_t first,
-                                            int64_t len, Acc fill) {
-  if (!vector_ok<E>(seq, stride, first, len)) return load_direct(dst, seq, stride, first, len, fill);
+__device__ __forceinline__ void load_aligned(Acc (&dst)[E], const T* src) {
   using Vec = typename VecOf<vec_bytes<T, E>()>::type;
   constexpr int kPerVec = sizeof(Vec) / sizeof(T);
-  const Vec* src = reinterpret_cast<const Vec*>(seq + first);
 #pragma unroll
   for (int v = 0; v < E / kPerVec; ++v) {
-    const Vec raw = src[v];
+    const Vec raw = reinterpret_cast<const Vec*>(src)[v];
     const T* elems = reinterpret_cast<const T*>(&raw);
 #pragma unroll
     for (int i = 0; i < kPerVec; ++i) dst[v * kPerVec + i] = to_acc<Acc>(elems[i]);
@@ -86,20 +84,31 @@ __device__ __forceinline__ void load_vector(Acc (&dst)[E], const T* seq, int64_t
 }
 
 template <int E, typename T, typename Acc>
-__device__ __forceinline__ void store_vector(T* seq, int64_t stride, const Acc (&src)[E], int64_t first,
-                                             int64_t len) {
-  if (!vector_ok<E>(seq, stride, first, len)) return store_direct(seq, stride, src, first, len);
+__device__ __forceinline__ void store_aligned(T* dst, const Acc (&src)[E]) {
   using Vec = typename VecOf<vec_bytes<T, E>()>::type;
   constexpr int kPerVec = sizeof(Vec) / sizeof(T);
-  Vec* dst = reinterpret_cast<Vec*>(seq + first);
 #pragma unroll
   for (int v = 0; v < E / kPerVec; ++v) {
     Vec raw;
     T* elems = reinterpret_cast<T*>(&raw);
 #pragma unroll
     for (int i = 0; i < kPerVec; ++i) elems[i] = from_acc<T>(src[v * kPerVec + i]);
-    dst[v] = raw;
+    reinterpret_cast<Vec*>(dst)[v] = raw;
   }
+}
+
+template <int E, typename T, typename Acc>
+__device__ __forceinline__ void load_vector(Acc (&dst)[E], const T* seq, int64_t stride, int64_t first,
+                                            int64_t len, Acc fill) {
+  if (!vector_ok<E>(seq, stride, first, len)) return load_direct(dst, seq, stride, first, len, fill);
+  load_aligned(dst, seq + first);
+}
+
+template <int E, typename T, typename Acc>
+__device__ __forceinline__ void store_vector(T* seq, int64_t stride, const Acc (&src)[E], int64_t first,
+                                             int64_t len) {
+  if (!vector_ok<E>(seq, stride, first, len)) return store_direct(seq, stride, src, first, len);
+  store_aligned(seq + first, src);
 }
 
 // `warp_smem` is this warp's private slice of coalesced_smem_words<E, 32>() words.

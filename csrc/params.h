@@ -64,6 +64,18 @@ enum BwdSlot : int {
   kNumBwdSlots
 };
 
+// The packed kernels' fast path (packed.cuh): every tensor holds its sequences
+// as rows of whole, aligned vectors. Small on purpose: a kernel of a few µs
+// waits on each constant-cache line of its arguments before its first load.
+template <int kTensors>
+struct PackedRows {
+  void* data[kTensors] = {};          // by FwdSlot / BwdSlot; the initial state's may be null
+  int64_t row_stride[kTensors] = {};  // elements from one sequence to the next
+  int64_t num_seqs = 0;
+  int64_t seq_len = 0;                // a multiple of the kernel's elements per thread
+  int width_shift = 0;                // 2^width_shift lanes a sequence
+};
+
 // The chained kernels' first wave (see wait_for_lead in lookback.cuh): tiles
 // numbered from `lead` up to `first_wave` load only once the tile `lead`
 // numbers before them has published its aggregate. lead = 0: no waiting.

@@ -191,16 +191,29 @@ def test_strided_16bit_broadcast_coeffs(reverse):
 
 
 @pytest.mark.parametrize("config", PACKED_CONFIGS, ids=[str(c) for c in PACKED_CONFIGS])
-@pytest.mark.parametrize("length", [1, 5, 16, 33, "max"])
+@pytest.mark.parametrize("length", [1, 5, 16, 33, "3e", "max"])
+@pytest.mark.parametrize("layout", ["contiguous", "padded", "shared_coeffs"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("reverse", [False, True])
-def test_every_packed_config(config, length, dtype, reverse):
-    """Many short sequences, several per warp, the last block partly filled."""
+def test_every_packed_config(config, length, layout, dtype, reverse):
+    """Many short sequences, several per warp, the last block partly filled. Lengths that
+    are a multiple of elems_per_thread take the aligned-rows kernels (with padded rows, and
+    one coefficient row shared by all sequences, too; "3e" leaves a lane of each segment
+    empty); the other lengths take the general kernels."""
     from linrec.impl import cuda
 
-    length = 32 * config[0] if length == "max" else length
-    x, c = inputs((5, 77, length), dtype)
-    h0 = torch.randn(5, 77, device="cuda").to(dtype)
+    e = config[0]
+    length = {"max": 32 * e, "3e": 3 * e}.get(length, length)
+    if layout != "contiguous" and length % e:
+        pytest.skip("the general kernels are tested contiguous")
+    x, c = inputs((385, length + 8), dtype)
+    if layout == "padded":  # rows 8 elements longer than the sequence: still aligned
+        x, c = x[:, :length], c[:, :length]
+    else:
+        x, c = x[:, :length].contiguous(), c[:, :length].contiguous()
+    if layout == "shared_coeffs":
+        c = c[:1].expand_as(x)
+    h0 = torch.randn(385, device="cuda").to(dtype)
     fn = cuda.linrec_packed
     check_fwd_bwd(lambda *a, **k: fn(*a, **k, **config_kwargs(config)), x, c, h0, reverse)
 
