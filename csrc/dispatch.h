@@ -152,16 +152,20 @@ inline KernelChoice select_config(int64_t seq_len, int64_t num_seqs, bool unit_e
   // slower at 1 x 2^24 (fp32 forward 2037 GB/s against staged 2338, tune).
   if (num_seqs < 2 * static_cast<int64_t>(sm_count) && seq_len >= 16384)
     return {KernelKind::kChained, {storage_16bit ? 64 : 32, 128, MemCode::kStaged, kFull}};
-  // Short sequences, several to a warp: packed 8x128 leads from 32 to 256
-  // (fp32, fwd and bwd), 4x128 at 16. For 16-bit storage 16x128 (the same 32
-  // bytes a thread) leads from 128: H100, 13200 sequences, GB/s against 8x128
-  // fwd / bwd, L = 128: 2559 / 2690 against 2307 / 2545; L = 256: 3459 / 2959
-  // against 3216 / 2760; and to 512 forward (3006 against tile 8x64's 2877;
-  // backward, tile 8x64 2292 against 2210).
-  if (seq_len <= 16) return {KernelKind::kPacked, {4, 128, MemCode::kVector, kFull}};
-  if (storage_16bit && seq_len >= 128 && seq_len <= (backward ? 256 : 512))
-    return {KernelKind::kPacked, {16, 128, MemCode::kVector, kFull}};
-  if (seq_len <= 32 * 8) return {KernelKind::kPacked, {8, 128, MemCode::kVector, kFull}};
+  // Short sequences, several to a warp (packed). H100, 13200 sequences, kernel
+  // µs fwd / bwd of the aligned-rows kernels, one device call: fp32 4x256 from
+  // 16 to 128 (L = 64: 2.5 / 3.6 against 8x128's 2.7 / 3.6; L = 128: 3.8 / 7.4
+  // against 3.8 / 7.8), then 8x128 to 256 (11.0 / 23.4); 16-bit storage 8x256
+  // below 128 (L = 16: 1.4 / 1.7 against 4x128's 1.6 / 1.9), then 16x128 to
+  // 512 (L = 128: 2.8 / 3.8 against 8x128's 2.8 / 4.1; L = 512: 11.3 / 23.6
+  // against tile 8x64's 11.0 / 28.3 forward and pipe 8x64 backward).
+  if (storage_16bit) {
+    if (seq_len < 128) return {KernelKind::kPacked, {8, 256, MemCode::kVector, kFull}};
+    if (seq_len <= 512) return {KernelKind::kPacked, {16, 128, MemCode::kVector, kFull}};
+  } else {
+    if (seq_len <= 128) return {KernelKind::kPacked, {4, 256, MemCode::kVector, kFull}};
+    if (seq_len <= 256) return {KernelKind::kPacked, {8, 128, MemCode::kVector, kFull}};
+  }
   return select_one_block_per_seq(seq_len, backward, storage_16bit);
 }
 
