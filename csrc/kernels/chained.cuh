@@ -22,6 +22,7 @@
 #include "../dispatch.h"
 #include "../memio.h"
 #include "../params.h"
+#include "launch.h"
 #include "lookback.cuh"
 #include "scan.cuh"
 #include "tiled.cuh"
@@ -363,13 +364,12 @@ ChainLead chained_lead(int64_t blocks) {
     cudaGetLastError();
     return 0;
   }();
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
     cudaGetLastError();
     return {};
   }
-  const int64_t first_wave = static_cast<int64_t>(sms) * per_sm;
+  const int64_t first_wave = static_cast<int64_t>(cuda_sm_count(device)) * per_sm;
   if (blocks <= first_wave) return {};
   return {first_wave / 2, first_wave};
 }

@@ -94,8 +94,9 @@ int64_t cuda_workspace_bytes(DType dtype, KernelKind kind, int64_t num_seqs, int
 
 int cuda_sm_count(int device) {
   int count = 0;
-  if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) return 0;
-  return count;
+  if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) == cudaSuccess) return count;
+  cudaGetLastError();  // a failed query is answered with 0, not left for the next launch check to report
+  return 0;
 }
 
 void cuda_fwd(const ForwardParams& p, DType dtype, KernelKind kind, const TileConfig& config, void* stream) {
