@@ -45,6 +45,22 @@ def _backward(ctx, d_outputs):
 torch.library.register_autograd("linrec::linrec_fwd", _backward, setup_context=_setup_context)
 
 
+class _LinrecFunction(torch.autograd.Function):
+    """The registration above as an autograd.Function, for linrec.linrec's calls: the same
+    forward, context and fused backward with less host work a call than the op's own autograd
+    wrapper (2-core CPU, 4 x 16 float32, forward with grad 39 -> 13 µs). The one-method form
+    (context in forward) is the cheap one: with a separate setup_context it cost 32 µs. The
+    op's wrapper does not support torch.func.grad either; torch.compile traces both."""
+
+    @staticmethod
+    def forward(ctx, inputs, coeffs, initial, *config):
+        outputs = fwd_op(inputs, coeffs, initial, *config)
+        _setup_context(ctx, (inputs, coeffs, initial, *config), outputs)
+        return outputs
+
+    backward = staticmethod(_backward)
+
+
 MAX_CUDA_SEQS = 2**31 - 1  # LINREC_MAX_CUDA_SEQS in csrc/params.h
 
 # The `kernel` argument of the ops.
@@ -57,5 +73,9 @@ def call_compiled(inputs, coeffs, initial, dim, reverse, kernel=KERNEL_AUTO, ele
     if inputs.is_cuda and inputs.shape[dim] and inputs.numel() // inputs.shape[dim] > MAX_CUDA_SEQS:
         raise ValueError(f"linrec: inputs holds {inputs.numel() // inputs.shape[dim]} sequences; the CUDA "
                          f"kernels take at most {MAX_CUDA_SEQS} in one call (split the batch)")
-    return fwd_op(inputs, coeffs, initial, dim, bool(reverse), kernel, elems_per_thread, threads_per_block,
-                  memcode, algocode)
+    args = (inputs, coeffs, initial, dim, bool(reverse), kernel, elems_per_thread, threads_per_block, memcode,
+            algocode)
+    needs_grad = inputs.requires_grad or coeffs.requires_grad or (initial is not None and initial.requires_grad)
+    if needs_grad and torch.is_grad_enabled():
+        return _LinrecFunction.apply(*args)
+    return fwd_op(*args)
