@@ -367,3 +367,23 @@ def test_compile_fullgraph_gpu(impl):
     w2 = w.detach().double().requires_grad_()
     reference(x.relu(), torch.sigmoid(w2), dim=1).square().mean().backward()
     assert rel_error(w.grad, w2.grad) < 1e-5
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("length", [64, 5000], ids=["packed", "tile"])
+def test_forward_ad_gpu(reverse, length):
+    """Forward-mode AD through the CUDA kernels (the tangent is one more forward) against the
+    float64 reference's tangent."""
+    import torch.autograd.forward_ad as fwAD
+
+    x, c = inputs((3, 7, length), torch.float32)
+    h0 = torch.randn(3, 7, device="cuda")
+    tangents = [torch.randn_like(t) for t in (x, c, h0)]
+    with fwAD.dual_level():
+        y = linrec.linrec(*(fwAD.make_dual(t, d) for t, d in zip((x, c), tangents[:2])), reverse,
+                          initial=fwAD.make_dual(h0, tangents[2]))
+        got = fwAD.unpack_dual(y).tangent
+        ref = reference(*(fwAD.make_dual(t.double(), d.double()) for t, d in zip((x, c), tangents[:2])), reverse,
+                        -1, fwAD.make_dual(h0.double(), tangents[2].double()))
+        want = fwAD.unpack_dual(ref).tangent
+    assert got is not None and rel_error(got, want) < TOL[torch.float32]

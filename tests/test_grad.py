@@ -43,6 +43,48 @@ def test_grads_match_reference(impl, reverse, dim, length):
         assert rel_error(g, w) < 1e-12, name
 
 
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("coeff_shape", [(3, 4, 9), (4, 1), ()], ids=str)
+def test_forward_ad_gradcheck(reverse, coeff_shape):
+    """Forward-mode AD (the tangent is one more recurrence) against finite differences."""
+    x = torch.randn(3, 4, 9, dtype=torch.float64, requires_grad=True)
+    c = (torch.rand(coeff_shape, dtype=torch.float64) * 0.6 + 0.4).requires_grad_()
+    h0 = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    fn = CPU_IMPLS["linrec"]
+    assert torch.autograd.gradcheck(lambda x, c, h0: fn(x, c, reverse, initial=h0), (x, c, h0),
+                                    check_forward_ad=True, check_backward_ad=False, check_batched_grad=False)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("dim", [0, 1, 2])
+@pytest.mark.parametrize("length", [0, 1, 17])
+@pytest.mark.parametrize("tangents", ["all", "inputs", "coeffs", "initial", "none_initial"])
+@pytest.mark.parametrize("grad_mode", [True, False])
+def test_forward_ad_matches_reference(reverse, dim, length, tangents, grad_mode):
+    """Dual tensors that do not require grad (and under no_grad, which forward AD ignores):
+    the tangent must not be dropped, whichever inputs carry one."""
+    import torch.autograd.forward_ad as fwAD
+
+    shape = [3, 5, 4]
+    shape[dim] = length
+    x = torch.randn(shape, dtype=torch.float64)
+    c = torch.rand(shape, dtype=torch.float64) * 0.6 + 0.4
+    h0 = None if tangents == "none_initial" else torch.randn(shape[:dim] + shape[dim + 1 :], dtype=torch.float64)
+    carries = {"x": tangents in ("all", "inputs", "none_initial"), "c": tangents in ("all", "coeffs"),
+               "h0": tangents in ("all", "initial")}
+
+    def tangent_of(fn):
+        with fwAD.dual_level(), torch.set_grad_enabled(grad_mode):
+            args = [fwAD.make_dual(t, torch.randn_like(t, generator=torch.Generator().manual_seed(i)))
+                    if t is not None and carries[k] else t for i, (k, t) in enumerate(zip("x c h0".split(), (x, c, h0)))]
+            return fwAD.unpack_dual(fn(*args)).tangent
+
+    got = tangent_of(lambda x, c, h0: CPU_IMPLS["linrec"](x, c, reverse, dim=dim, initial=h0))
+    want = tangent_of(lambda x, c, h0: reference(x, c, reverse, dim, h0))
+    assert got is not None and got.shape == x.shape
+    assert rel_error(got, want) < 1e-12 if length else got.numel() == 0
+
+
 def test_zero_length_grads():
     x = torch.randn(3, 0, dtype=torch.float64, requires_grad=True)
     c = torch.rand(3, 0, dtype=torch.float64, requires_grad=True)

@@ -2,12 +2,13 @@
 
 The schemas live in C++ (csrc/ops.cpp). Here: fake kernels, so torch.compile
 traces the ops with no graph break, and autograd, whose backward calls the
-fused backward op.
+fused backward op; linrec.linrec's calls also get forward-mode AD.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.autograd.forward_ad as fwAD
 
 from . import _C  # noqa: F401  (loading it registers the ops)
 
@@ -45,12 +46,24 @@ def _backward(ctx, d_outputs):
 torch.library.register_autograd("linrec::linrec_fwd", _backward, setup_context=_setup_context)
 
 
+def _previous_states(outputs, initial, dim, reverse):
+    """The state before each step: outputs shifted one step along the scan, initial (or 0) first."""
+    length = outputs.shape[dim]
+    first = (initial if initial is not None else outputs.new_zeros(())).expand(
+        outputs.shape[:dim] + outputs.shape[dim + 1:]).unsqueeze(dim)
+    if length == 0:
+        return outputs
+    if reverse:
+        return torch.cat([outputs.narrow(dim, 1, length - 1), first], dim)
+    return torch.cat([first, outputs.narrow(dim, 0, length - 1)], dim)
+
+
 class _LinrecFunction(torch.autograd.Function):
     """The registration above as an autograd.Function, for linrec.linrec's calls: the same
     forward, context and fused backward with less host work a call than the op's own autograd
     wrapper (2-core CPU, 4 x 16 float32, forward with grad 39 -> 13 µs). The one-method form
-    (context in forward) is the cheap one: with a separate setup_context it cost 32 µs. The
-    op's wrapper does not support torch.func.grad either; torch.compile traces both."""
+    (context in forward) is the cheap one: with a separate setup_context it cost 32 µs (and
+    torch.func transforms, which need that form, fail on the op's wrapper too)."""
 
     @staticmethod
     def forward(ctx, inputs, coeffs, initial, *config):
@@ -59,6 +72,40 @@ class _LinrecFunction(torch.autograd.Function):
         return outputs
 
     backward = staticmethod(_backward)
+
+
+class _LinrecDualFunction(_LinrecFunction):
+    """_LinrecFunction plus forward-mode AD, for calls with dual tensors. The tangent of
+    y[l] = c[l] * y[l-1] + x[l] is the same recurrence, t[l] = c[l] * t[l-1] + (dx[l] +
+    dc[l] * y[l-1]), entered with d_initial: one more forward. A class of its own because
+    torch.compile does not trace a Function that defines jvp."""
+
+    @staticmethod
+    def forward(ctx, inputs, coeffs, initial, *config):
+        outputs = _LinrecFunction.forward(ctx, inputs, coeffs, initial, *config)
+        ctx.save_for_forward(coeffs, outputs, initial)
+        return outputs
+
+    @staticmethod
+    def jvp(ctx, d_inputs, d_coeffs, d_initial, *_):
+        coeffs, outputs, initial = ctx.saved_tensors
+        dim, reverse = ctx.config[0] % outputs.dim(), ctx.config[1]
+        steps = d_inputs if d_inputs is not None else torch.zeros_like(outputs)
+        if d_coeffs is not None:
+            steps = steps + d_coeffs * _previous_states(outputs, initial, dim, reverse)
+        return fwd_op(steps, coeffs, d_initial, *ctx.config)
+
+
+def _autograd_function(inputs, coeffs, initial):
+    """The Function that differentiates this call, or None when neither mode of AD needs one."""
+    tensors = (inputs, coeffs) if initial is None else (inputs, coeffs, initial)
+    # Dual tensors carry tangents whatever the grad mode; outside a dual level unpack_dual
+    # returns at once. Compiled code takes the reverse-mode Function only.
+    if not torch.compiler.is_compiling() and any(fwAD.unpack_dual(t).tangent is not None for t in tensors):
+        return _LinrecDualFunction
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return _LinrecFunction
+    return None
 
 
 MAX_CUDA_SEQS = 2**31 - 1  # LINREC_MAX_CUDA_SEQS in csrc/params.h
@@ -75,7 +122,5 @@ def call_compiled(inputs, coeffs, initial, dim, reverse, kernel=KERNEL_AUTO, ele
                          f"kernels take at most {MAX_CUDA_SEQS} in one call (split the batch)")
     args = (inputs, coeffs, initial, dim, bool(reverse), kernel, elems_per_thread, threads_per_block, memcode,
             algocode)
-    needs_grad = inputs.requires_grad or coeffs.requires_grad or (initial is not None and initial.requires_grad)
-    if needs_grad and torch.is_grad_enabled():
-        return _LinrecFunction.apply(*args)
-    return fwd_op(*args)
+    function = _autograd_function(inputs, coeffs, initial)
+    return fwd_op(*args) if function is None else function.apply(*args)
