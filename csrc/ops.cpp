@@ -158,12 +158,13 @@ LaunchChoice choose(int64_t kernel, int64_t elems_per_thread, int64_t threads_pe
   return {kind, config};
 }
 
-// The zeroed workspace of the chained and strided kernels, if `c` needs one; kept alive by the caller.
+// The workspace of the chained and strided kernels, if `c` needs one (the launch clears it); kept
+// alive by the caller.
 std::optional<Tensor> chain_workspace(const Tensor& like, DType dtype, const LaunchChoice& c, int64_t num_seqs,
                                       int64_t seq_len) {
   const int64_t bytes = cuda_workspace_bytes(dtype, c.kind, num_seqs, seq_len, c.config);
   if (bytes == 0) return std::nullopt;
-  return torch::stable::new_zeros(like, std::vector<int64_t>{bytes}, ScalarType::Byte);
+  return torch::stable::new_empty(like, std::vector<int64_t>{bytes}, ScalarType::Byte);
 }
 
 void* current_stream(const Tensor& t) {

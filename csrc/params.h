@@ -93,7 +93,7 @@ struct ForwardParams {
   const void* coeffs = nullptr;
   const void* initial = nullptr;  // nullptr: the state starts at zero
   void* outputs = nullptr;
-  void* chain_workspace = nullptr;  // chained kernels only: zeroed, see lookback.cuh
+  void* chain_workspace = nullptr;  // chained and strided kernels: cleared by the launch, see lookback.cuh
   ChainLead chain_lead;              // chained kernels only: see lookback.cuh
 };
 
@@ -109,7 +109,7 @@ struct BackwardParams {
   void* d_inputs = nullptr;
   void* d_coeffs = nullptr;
   void* d_initial = nullptr;
-  void* chain_workspace = nullptr;  // chained kernels only: zeroed, see lookback.cuh
+  void* chain_workspace = nullptr;  // chained and strided kernels: cleared by the launch, see lookback.cuh
   ChainLead chain_lead;              // chained kernels only: see lookback.cuh
 };
 

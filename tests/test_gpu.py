@@ -343,6 +343,49 @@ def test_uncompiled_config_error():
         cuda.linrec_pipe(*inputs((2, 100), torch.float32), elems_per_thread=3)
 
 
+DEPENDENT_CASES = {  # the kernel linrec.linrec picks: shape, dim
+    "packed": ((20000, 64), -1),
+    "tile": ((300, 3000), -1),
+    "chained": ((1, 2**21 + 3), -1),
+    "strided": ((2, 3001, 256), 1),
+}
+
+
+@pytest.mark.parametrize("case", list(DEPENDENT_CASES))
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+def test_back_to_back_dependent_calls(case, graph):
+    """A chain of calls, each reading the output of the one before, some straight behind
+    a linrec kernel, some behind a torch kernel. On sm_90+ every linrec kernel is a
+    programmatic dependent launch that may start before its predecessor ends: each must
+    wait for it before its first access. Also replayed from a CUDA graph."""
+    shape, dim = DEPENDENT_CASES[case]
+    x, c = inputs(shape, torch.float32)
+    c = c * 0.5  # bounded values along the chain
+
+    def chain(y):
+        outs = []
+        for k in range(6):
+            y = linrec.linrec(y if k % 2 else y * 0.9, c, dim=dim)
+            outs.append(y)
+        return outs
+
+    poison(4 * x.numel() * x.element_size())
+    if graph:
+        chain(x)  # warm-up outside the capture
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            outs = chain(x)
+        g.replay()
+        g.replay()
+    else:
+        outs = chain(x)
+    expected = x.double()
+    for k, y in enumerate(outs):
+        step_in = expected if k % 2 else expected * 0.9
+        expected = reference_chunked(step_in, c) if case == "chained" else reference(step_in, c, dim=dim)
+        assert rel_error(y, expected) < 1e-5, f"call {k}"
+
+
 def test_current_stream_is_used():
     x, c = inputs((64, 5000), torch.float32)
     s = torch.cuda.Stream()

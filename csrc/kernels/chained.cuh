@@ -103,6 +103,7 @@ __global__ void __launch_bounds__(NT) chained_kernel(const Params p) {
   __shared__ BlockScanStorage<Acc> storage;
 
   using B = ChainedBlock<T, kBackward>;
+  wait_for_prior_grid();
   const B b = chained_block<T, C.tile_len(), kBackward>(p);
   const auto& es = p.index.elem_strides;
   Acc vs[E], cs[E];
@@ -147,6 +148,7 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
   __shared__ Acc first_c;         // the backward's coeffs at the forward's first step, if in the tile
 
   using B = ChainedBlock<T, kBackward>;
+  wait_for_prior_grid();
   const B b = chained_block<T, kTileLen, kBackward>(p);
   const auto& es = p.index.elem_strides;
   unsigned char* tile_v = staged;
@@ -340,7 +342,7 @@ constexpr int chained_dynamic_smem_bytes() {
     return tiled_dynamic_smem_bytes<acc_t<T>, C>();
 }
 
-// Bytes of the chained kernels' workspace (zeroed by the caller) for this call.
+// Bytes of the chained kernels' workspace (cleared by the launch, workspace.cuh) for this call.
 template <typename T>
 int64_t chained_workspace_bytes(int64_t num_seqs, int64_t seq_len, const TileConfig& config) {
   const int64_t tiles = (seq_len + config.tile_len() - 1) / config.tile_len();
@@ -388,7 +390,7 @@ void launch_chained(const Params& p, const TileConfig& config, cudaStream_t stre
     if (blocks == 0) return;
     Params q = p;
     q.chain_lead = chained_lead<kernel, C.threads_per_block, smem>(blocks);
-    kernel<<<static_cast<unsigned>(blocks), C.threads_per_block, smem, stream>>>(q);
+    launch_kernel<kernel>(static_cast<unsigned>(blocks), C.threads_per_block, smem, stream, q);
     check_launch(name.c_str());
   }, name.c_str());
 }

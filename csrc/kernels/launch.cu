@@ -12,6 +12,7 @@
 #include "ref.cuh"
 #include "strided.cuh"
 #include "tiled.cuh"
+#include "workspace.cuh"
 
 namespace linrec {
 
@@ -56,12 +57,14 @@ void by_dtype(DType dtype, Fn&& fn) {
 
 template <bool kBackward, typename Params>
 void launch(const Params& p, DType dtype, KernelKind kind, const TileConfig& config, cudaStream_t stream) {
+  if (p.chain_workspace != nullptr)
+    clear_workspace(p.chain_workspace, cuda_workspace_bytes(dtype, kind, p.num_seqs, p.seq_len, config), stream);
   by_dtype(dtype, [&]<typename T>() {
     switch (kind) {
       case KernelKind::kRef: {
         const auto blocks = static_cast<unsigned>((p.num_seqs + kRefThreadsPerBlock - 1) / kRefThreadsPerBlock);
-        if constexpr (kBackward) ref_bwd_kernel<T><<<blocks, kRefThreadsPerBlock, 0, stream>>>(p);
-        else ref_fwd_kernel<T><<<blocks, kRefThreadsPerBlock, 0, stream>>>(p);
+        if constexpr (kBackward) launch_kernel<ref_bwd_kernel<T>>(blocks, kRefThreadsPerBlock, 0, stream, p);
+        else launch_kernel<ref_fwd_kernel<T>>(blocks, kRefThreadsPerBlock, 0, stream, p);
         return check_launch(kBackward ? "linrec_ref_bwd" : "linrec_ref_fwd");
       }
       case KernelKind::kTile: return launch_tiled<T, Schedule::kOneTile, kBackward>(p, config, stream);
@@ -89,7 +92,7 @@ int64_t cuda_workspace_bytes(DType dtype, KernelKind kind, int64_t num_seqs, int
     if (kind == KernelKind::kChained) bytes = chained_workspace_bytes<T>(num_seqs, seq_len, config);
     if (kind == KernelKind::kStrided) bytes = strided_workspace_bytes<T>(num_seqs, seq_len, config);
   });
-  return bytes;
+  return (bytes + kWorkspaceWordBytes - 1) / kWorkspaceWordBytes * kWorkspaceWordBytes;
 }
 
 int cuda_sm_count(int device) {

@@ -31,6 +31,7 @@
 #include "../dispatch.h"
 #include "../memio.h"
 #include "../params.h"
+#include "grid_launch.cuh"
 #include "scan.cuh"
 #include "tiled.cuh"
 
@@ -75,6 +76,7 @@ __global__ void __launch_bounds__(NT) packed_fwd_kernel(const ForwardParams p) {
   p.index.offsets(active ? n : 0, off);
   const auto& es = p.index.elem_strides;
   const int64_t first = static_cast<int64_t>(threadIdx.x & (width - 1)) * E;
+  wait_for_prior_grid();
   Acc xs[E], cs[E];
   load_vector(xs, static_cast<const T*>(p.inputs) + off[kFwdInputs], es[kFwdInputs], first, len, Acc(0));
   load_vector(cs, static_cast<const T*>(p.coeffs) + off[kFwdCoeffs], es[kFwdCoeffs], first, len, Acc(1));
@@ -96,6 +98,7 @@ __global__ void __launch_bounds__(NT) packed_bwd_kernel(const BackwardParams p) 
   const int64_t first = static_cast<int64_t>(threadIdx.x & (width - 1)) * E;
   const bool fwd_rev = p.reverse;
   const int64_t first_step = fwd_rev ? len - 1 : 0;  // the forward direction's first step
+  wait_for_prior_grid();
   const Acc initial = p.initial && active ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kBwdInitial]]) : Acc(0);
 
   Acc gs[E], cs[E];
@@ -146,6 +149,7 @@ __global__ void __launch_bounds__(NT) packed_rows_fwd_kernel(const PackedRows<kN
   Acc xs[E], cs[E];
   fill(xs, Acc(0));
   fill(cs, Acc(1));
+  wait_for_prior_grid();
   if (holds) {
     load_aligned(xs, row_of<const T>(p, kFwdInputs, n) + first);
     load_aligned(cs, row_of<const T>(p, kFwdCoeffs, n) + first);
@@ -167,6 +171,7 @@ __global__ void __launch_bounds__(NT) packed_rows_bwd_kernel(const PackedRows<kN
   const bool holds = active && first < p.seq_len;
   const int64_t len = active ? p.seq_len : 0;
   const int64_t first_step = kFwdRev ? len - 1 : 0;  // the forward direction's first step
+  wait_for_prior_grid();
   const Acc initial =
       p.data[kBwdInitial] && active ? to_acc<Acc>(*row_of<const T>(p, kBwdInitial, n)) : Acc(0);
 
@@ -256,11 +261,11 @@ void launch_packed(const Params& p, const TileConfig& config, cudaStream_t strea
     const unsigned grid = static_cast<unsigned>(blocks);
     PackedRows<kBackward ? int{kNumBwdSlots} : int{kNumFwdSlots}> rows;
     if (!packed_rows<T, C.elems_per_thread>(p, rows))
-      packed_kernel<T, C, kBackward>()<<<grid, C.threads_per_block, 0, stream>>>(p);
+      launch_kernel<packed_kernel<T, C, kBackward>()>(grid, C.threads_per_block, 0, stream, p);
     else if (p.reverse)
-      packed_rows_kernel<T, C, kBackward, true>()<<<grid, C.threads_per_block, 0, stream>>>(rows);
+      launch_kernel<packed_rows_kernel<T, C, kBackward, true>()>(grid, C.threads_per_block, 0, stream, rows);
     else
-      packed_rows_kernel<T, C, kBackward, false>()<<<grid, C.threads_per_block, 0, stream>>>(rows);
+      launch_kernel<packed_rows_kernel<T, C, kBackward, false>()>(grid, C.threads_per_block, 0, stream, rows);
     check_launch(name);
   }, name);
 }

@@ -6,6 +6,7 @@
 #pragma once
 #include "../params.h"
 #include "dtype.cuh"
+#include "grid_launch.cuh"
 
 namespace linrec {
 
@@ -20,6 +21,7 @@ __global__ void __launch_bounds__(kRefThreadsPerBlock) ref_fwd_kernel(const Forw
   using Acc = acc_t<T>;
   const int64_t n = this_thread_seq();
   if (n >= p.num_seqs) return;
+  wait_for_prior_grid();
   int64_t off[kNumFwdSlots];
   p.index.offsets(n, off);
   const T* __restrict__ x = static_cast<const T*>(p.inputs) + off[kFwdInputs];
@@ -41,6 +43,7 @@ __global__ void __launch_bounds__(kRefThreadsPerBlock) ref_bwd_kernel(const Back
   using Acc = acc_t<T>;
   const int64_t n = this_thread_seq();
   if (n >= p.num_seqs) return;
+  wait_for_prior_grid();
   int64_t off[kNumBwdSlots];
   p.index.offsets(n, off);
   const T* __restrict__ dy = static_cast<const T*>(p.d_outputs) + off[kBwdDOutputs];

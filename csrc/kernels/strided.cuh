@@ -199,6 +199,7 @@ __global__ void __launch_bounds__(NT) strided_kernel(const Params p) {
   using Acc = acc_t<T>;
   using Thread = StridedThread<E, NT, V, kBackward>;
   __shared__ StridedStorage<Acc, V> st;
+  wait_for_prior_grid();
   const Thread t = strided_thread<E, NT, V, kBackward>(p);
   const auto& es = p.index.elem_strides;
   const T* v_ptr;
@@ -347,6 +348,7 @@ __global__ void __launch_bounds__(NT) strided_staged_kernel(const Params p) {
   using Staged = StagedChannels<T, V>;
   __shared__ StridedStorage<Acc, V> st;
   extern __shared__ __align__(16) unsigned char staged[];
+  wait_for_prior_grid();
   const Thread t = strided_thread<E, NT, V, kBackward>(p);
   const auto& es = p.index.elem_strides;
   auto slot = [&](int s, int i) { return Staged::template slot<E, NT>(staged, s, i); };
@@ -503,7 +505,7 @@ bool strided_pairs_channels(const Params& p) {
   }
 }
 
-// Bytes of the strided kernels' zeroed workspace: a chunk counter and one status
+// Bytes of the strided kernels' workspace (cleared by the launch): a chunk counter and one status
 // per (chunk, sequence), sequences padded to a whole group of either width.
 template <typename T>
 int64_t strided_workspace_bytes(int64_t num_seqs, int64_t seq_len, const TileConfig& config) {
@@ -525,7 +527,7 @@ void launch_strided_with(const Params& p, cudaStream_t stream, const std::string
   // Static: the slices' totals, and the block's chunk number (next_tile_number).
   constexpr int kStaticSmem = sizeof(StridedStorage<acc_t<T>, V>) + 16;
   allow_dynamic_smem<C, smem, kStaticSmem>(kernel, name);
-  kernel<<<static_cast<unsigned>(blocks), C.threads_per_block, smem, stream>>>(p);
+  launch_kernel<kernel>(static_cast<unsigned>(blocks), C.threads_per_block, smem, stream, p);
   check_launch(name.c_str());
 }
 

@@ -24,6 +24,7 @@
 #include "../dispatch.h"
 #include "../memio.h"
 #include "../params.h"
+#include "grid_launch.cuh"
 #include "scan.cuh"
 
 namespace linrec {
@@ -111,6 +112,7 @@ __global__ void __launch_bounds__(NT_) tiled_fwd_kernel(const ForwardParams p) {
   const TileOrder tiles = tile_order<kTileLen, S == Schedule::kOneTile>(p.seq_len, p.reverse);
   int64_t off[kNumFwdSlots];
   p.index.offsets(blockIdx.x, off);
+  wait_for_prior_grid();
   const T* x = static_cast<const T*>(p.inputs) + off[kFwdInputs];
   const T* c = static_cast<const T*>(p.coeffs) + off[kFwdCoeffs];
   T* y = static_cast<T*>(p.outputs) + off[kFwdOutputs];
@@ -152,6 +154,7 @@ __global__ void __launch_bounds__(NT_) tiled_bwd_kernel(const BackwardParams p) 
   const TileOrder tiles = tile_order<kTileLen, S == Schedule::kOneTile>(p.seq_len, rev);
   int64_t off[kNumBwdSlots];
   p.index.offsets(blockIdx.x, off);
+  wait_for_prior_grid();
   const auto& es = p.index.elem_strides;
   const T* dy = static_cast<const T*>(p.d_outputs) + off[kBwdDOutputs];
   const T* c = static_cast<const T*>(p.coeffs) + off[kBwdCoeffs];
@@ -183,11 +186,6 @@ __global__ void __launch_bounds__(NT_) tiled_bwd_kernel(const BackwardParams p) 
       next_cs.take(cs);
     }
   }
-}
-
-inline void check_launch(const char* name) {
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) throw std::runtime_error(std::string("linrec: ") + name + " failed: " + cudaGetErrorString(err));
 }
 
 template <typename T, TileConfig C, Schedule S, bool kBackward>
@@ -222,7 +220,7 @@ void launch_tiled(const Params& p, const TileConfig& config, cudaStream_t stream
     constexpr int smem = tiled_dynamic_smem_bytes<acc_t<T>, C>();
     allow_dynamic_smem<C, smem>(kernel, name);
     if (p.num_seqs > 0x7fffffff) throw std::runtime_error("linrec: " + name + " needs more than 2^31-1 blocks");
-    kernel<<<static_cast<unsigned>(p.num_seqs), C.threads_per_block, smem, stream>>>(p);
+    launch_kernel<kernel>(static_cast<unsigned>(p.num_seqs), C.threads_per_block, smem, stream, p);
     check_launch(name.c_str());
   }, name.c_str());
 }
