@@ -11,9 +11,10 @@
 // memory. Only the workspace clear (workspace.cuh) lets its dependent, the scan
 // that uses the workspace, start early; the kernel after a scan starts when it ends.
 //
-// LINREC_PDL=0 turns it off. The attribute is set only when the kernel as loaded on the device was compiled
+// The attribute is set only when the kernel as loaded on the device was compiled
 // for sm_90 or later (cudaFuncAttributes::ptxVersion): a kernel built for an older
 // architecture and run on a newer device through its PTX has no wait in it.
+// LINREC_PDL=0 in the environment turns dependent launches off.
 #pragma once
 #include <cuda_runtime.h>
 
