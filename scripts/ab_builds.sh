@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# On a GPU machine: build this tree once per compile-time variant and time each
+# with scripts/kernel_times.py, in one call, so the variants share a device.
+# Usage: bash scripts/ab_builds.sh OUTDIR VARIANT...
+#   VARIANT is NAME=FLAGS, FLAGS passed to nvcc (NVCC_APPEND_FLAGS), e.g. base= frontier=-DLINREC_X=1
+# Env: TIMES_ARGS (kernel_times.py arguments, default --lengths 22 24 26), TESTS (pytest -k run
+#      after the last variant's timing, on that build).
+set -uo pipefail
+out=$1; shift
+repo=$(pwd)
+mkdir -p "$out"
+export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} MAX_JOBS=${MAX_JOBS:-16} PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
+for variant in "$@"; do
+  name=${variant%%=*} flags=${variant#*=}
+  start=$(date +%s)
+  rm -rf "$repo/build"  # ninja does not see NVCC_APPEND_FLAGS change
+  (cd "$repo" && NVCC_APPEND_FLAGS="$flags" python3 -m pip install --no-build-isolation --no-deps . \
+    > "$out/install_$name.log" 2>&1) || { tail -30 "$out/install_$name.log"; exit 1; }
+  echo "== $name ($flags): built in $(( $(date +%s) - start )) s"
+  (cd /tmp && python3 "$repo/scripts/kernel_times.py" ${TIMES_ARGS:---lengths 22 24 26}) 2>&1 | tee "$out/times_$name.txt"
+done
+if [ -n "${TESTS:-}" ]; then
+  (cd /tmp && python3 -m pytest -q -x -p no:cacheprovider "$repo/tests/test_gpu.py" -k "$TESTS") > "$out/tests.txt" 2>&1
+  tail -5 "$out/tests.txt"
+fi
