@@ -64,16 +64,17 @@ enum BwdSlot : int {
   kNumBwdSlots
 };
 
-// The packed kernels' fast path (packed.cuh): every tensor holds its sequences
-// as rows of whole, aligned vectors. Small on purpose: a kernel of a few µs
-// waits on each constant-cache line of its arguments before its first load.
+// The aligned-rows fast path (kernels/rows.cuh), taken by the packed kernels and
+// the one-tile forward: every tensor holds its sequences as rows of whole,
+// aligned vectors. Small on purpose: a kernel of a few µs waits on each
+// constant-cache line of its arguments before its first load.
 template <int kTensors>
-struct PackedRows {
+struct AlignedRows {
   void* data[kTensors] = {};          // by FwdSlot / BwdSlot; the initial state's may be null
   int64_t row_stride[kTensors] = {};  // elements from one sequence to the next
   int64_t num_seqs = 0;
   int64_t seq_len = 0;                // a multiple of the kernel's elements per thread
-  int width_shift = 0;                // 2^width_shift lanes a sequence
+  int width_shift = 0;                // packed kernels: 2^width_shift lanes a sequence
 };
 
 // The chained kernels' first wave (see wait_for_lead in lookback.cuh): tiles

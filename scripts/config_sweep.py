@@ -1,10 +1,11 @@
 """Kernel times of every compiled config of one kernel family, by shape, from the torch profiler.
 
-The data behind the packed and chained picks of the shape rule (csrc/dispatch.h): each cell is
+The data behind the packed, tile, pipe and chained picks of the shape rule (csrc/dispatch.h): each cell is
 the median kernel duration of the forward / the fused backward at an explicit config, called
 through torch.ops.linrec.linrec_fwd / linrec_bwd (no workspace fill or other kernel counted).
 
 Usage: python scripts/config_sweep.py packed  [--seqs 13200] [--lengths 4 5 6 7 8 9]
+       python scripts/config_sweep.py tile    [--seqs 13200] [--lengths 9 10 11 12]  (and pipe)
        python scripts/config_sweep.py chained [--shapes 1x22 1x24 4x22 1x26]
 """
 
@@ -15,13 +16,24 @@ import torch
 import linrec
 from kernel_times import kernel_medians
 
-KERNEL_IDS = {"chained": 4, "packed": 6}
+KERNEL_IDS = {"tile": 2, "pipe": 3, "chained": 4, "packed": 6}
+# What the kernels' names contain (pipe is the tile template with another schedule).
+KERNEL_NAMES = {"tile": "tile", "pipe": "tile", "chained": "chained", "packed": "packed"}
 STAGED = 3
 
 
 def configs(kernel):
     cfgs = linrec.compiled_configs(kernel)
     return [c for c in cfgs if c[2] == STAGED] if kernel == "chained" else cfgs
+
+
+def fits(kernel, length, e, t):
+    """Whether a config can run a sequence of this length (the others throw)."""
+    if kernel == "packed":
+        return length <= 32 * e
+    if kernel == "tile":
+        return length <= e * t
+    return True
 
 
 def kernel_us(fn, reps, kernel):
@@ -33,14 +45,15 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("kernel", choices=sorted(KERNEL_IDS))
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
-    parser.add_argument("--seqs", type=int, default=13200, help="packed: sequences")
-    parser.add_argument("--lengths", nargs="+", type=int, default=[4, 5, 6, 7, 8, 9], help="packed: log2 lengths")
+    parser.add_argument("--seqs", type=int, default=13200, help="packed, tile, pipe: sequences")
+    parser.add_argument("--lengths", nargs="+", type=int, default=[4, 5, 6, 7, 8, 9],
+                        help="packed, tile, pipe: log2 lengths")
     parser.add_argument("--shapes", nargs="+", default=["1x22", "1x24", "4x22", "1x26"],
                         help="chained: SEQSxLOG2LEN")
     parser.add_argument("--reps", type=int, default=30)
     args = parser.parse_args()
     kid = KERNEL_IDS[args.kernel]
-    if args.kernel == "packed":
+    if args.kernel != "chained":
         shapes = [(args.seqs, 2**lg) for lg in args.lengths]
     else:
         shapes = [(int(s.split("x")[0]), 2 ** int(s.split("x")[1])) for s in args.shapes]
@@ -54,12 +67,12 @@ def main():
             add = kernel_us(lambda: torch.add(x, c), args.reps, "")
             row = [f"{str(dtype)[6:]:8s} {seqs} x {length}  add {add:6.1f}"]
             for e, t, m, a in configs(args.kernel):
-                if args.kernel == "packed" and length > 32 * e:
+                if not fits(args.kernel, length, e, t):
                     continue
                 fwd = kernel_us(lambda: torch.ops.linrec.linrec_fwd(x, c, None, -1, False, kid, e, t, m, a),
-                                args.reps, args.kernel)
+                                args.reps, KERNEL_NAMES[args.kernel])
                 bwd = kernel_us(lambda: torch.ops.linrec.linrec_bwd(dy, c, y, None, -1, False, kid, e, t, m, a),
-                                args.reps, args.kernel)
+                                args.reps, KERNEL_NAMES[args.kernel])
                 row.append(f"{e}x{t} {fwd:6.1f} / {bwd:6.1f}")
             print(" | ".join(row), flush=True)
             del x, c, y, dy

@@ -8,9 +8,11 @@
 #     main       python -m linrec (the main job)
 #     sanitizer  compute-sanitizer memcheck + racecheck over scripts/sanitize_cases.py
 #     tune       python -m linrec.tune
+#     sweep      scripts/config_sweep.py $SWEEP_ARGS (kernel times of every compiled config;
+#                several runs: SWEEP_ARGS="tile --lengths 10; pipe --lengths 11")
 #     bench      python -m linrec.bench (table, JSON, PNG)
 # Env: LINREC_WHEEL (install this wheel with --no-deps instead of building),
-#      TORCH_CUDA_ARCH_LIST (default 9.0 when building), TESTS, BENCH_ARGS, TUNE_ARGS.
+#      TORCH_CUDA_ARCH_LIST (default 9.0 when building), TESTS, BENCH_ARGS, TUNE_ARGS, SWEEP_ARGS.
 set -uo pipefail
 out=${1:-${OUT:-results}}
 shift || true
@@ -47,6 +49,11 @@ for step in $steps; do
         echo "compute-sanitizer $tool: exit $?"; tail -1 "$out/sanitizer_$tool.txt"
       done ;;
     tune) python3 -m linrec.tune --json "$out/tune.json" --reps 10 ${TUNE_ARGS:-} 2>&1 | tail -40 ;;
+    sweep)
+      IFS=';' read -ra sweeps <<< "${SWEEP_ARGS:-tile}"
+      for args in "${sweeps[@]}"; do
+        python3 "$repo/scripts/config_sweep.py" $args 2>&1 | tee -a "$out/sweep.txt"
+      done ;;
     bench) python3 -m linrec.bench --json "$out/bench.json" --png "$out/bench.png" ${BENCH_ARGS:-} 2>&1 | tee "$out/bench.txt" | tail -150 ;;
     *) echo "unknown step $step" ;;
   esac

@@ -190,6 +190,34 @@ def test_strided_16bit_broadcast_coeffs(reverse):
     check_fwd_bwd(cuda.linrec_strided, x, c, h0, reverse, dim=1)
 
 
+VECTOR_CONFIGS = [c for c in CONFIGS if c[2] == 1]
+
+
+@pytest.mark.parametrize("config", VECTOR_CONFIGS, ids=[str(c) for c in VECTOR_CONFIGS])
+@pytest.mark.parametrize("case", ["whole_contiguous", "last_thread_empty_padded", "3e_shared_coeffs"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_every_tile_rows_config(config, case, dtype, reverse):
+    """The one-tile forward over aligned rows (lengths a multiple of elems_per_thread, at
+    most a tile): a whole tile, a tile whose last thread holds nothing (rows padded 8
+    elements, still aligned), and three threads' worth with one coefficient row shared by
+    all sequences. test_every_config covers the general tile kernel (length not a multiple)."""
+    from linrec.impl import cuda
+
+    e, t = config[0], config[1]
+    length, layout = {"whole": (e * t, "contiguous"), "last": (e * t - e, "padded"),
+                      "3e": (3 * e, "shared_coeffs")}[case.split("_")[0]]
+    x, c = inputs((67, length + 8), dtype)
+    if layout == "padded":
+        x, c = x[:, :length], c[:, :length]
+    else:
+        x, c = x[:, :length].contiguous(), c[:, :length].contiguous()
+    if layout == "shared_coeffs":
+        c = c[:1].expand_as(x)
+    h0 = torch.randn(67, device="cuda").to(dtype)
+    check_fwd_bwd(lambda *a, **k: cuda.linrec_tile(*a, **k, **config_kwargs(config)), x, c, h0, reverse)
+
+
 @pytest.mark.parametrize("config", PACKED_CONFIGS, ids=[str(c) for c in PACKED_CONFIGS])
 @pytest.mark.parametrize("length", [1, 5, 16, 33, "3e", "max"])
 @pytest.mark.parametrize("layout", ["contiguous", "padded", "shared_coeffs"])

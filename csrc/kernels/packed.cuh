@@ -13,8 +13,9 @@
 // These kernels last a few µs, so what a warp does before its first load shows
 // in their time. When every tensor holds its sequences as rows of whole,
 // aligned vectors (the usual contiguous (..., L) tensor), the rows kernels
-// run instead: their arguments are a few pointers and strides (PackedRows, two
-// constant-cache lines rather than the index of every layout), the host picks
+// run instead (rows.cuh): their arguments are a few pointers and strides
+// (AlignedRows, two constant-cache lines rather than the index of every
+// layout), the host picks
 // the lanes a sequence, and the direction is a template argument. No element
 // checks, no run-time direction, no element-by-element path: short straight
 // code. (H100, ncu at 13200 x 64 fp32: the general kernel's warps spent about
@@ -23,7 +24,6 @@
 #pragma once
 #include <cuda_runtime.h>
 
-#include <array>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -32,6 +32,7 @@
 #include "../memio.h"
 #include "../params.h"
 #include "grid_launch.cuh"
+#include "rows.cuh"
 #include "scan.cuh"
 #include "tiled.cuh"
 
@@ -124,22 +125,10 @@ __global__ void __launch_bounds__(NT) packed_bwd_kernel(const BackwardParams p) 
   store_vector(static_cast<T*>(p.d_coeffs) + off[kBwdDCoeffs], es[kBwdDCoeffs], ys, first, len);
 }
 
-// The row of sequence n in slot t of a PackedRows.
-template <typename T, int K>
-__device__ __forceinline__ T* row_of(const PackedRows<K>& p, int t, int64_t n) {
-  return static_cast<T*>(p.data[t]) + n * p.row_stride[t];
-}
-
-template <int E, typename Acc>
-__device__ __forceinline__ void fill(Acc (&v)[E], Acc value) {
-#pragma unroll
-  for (int i = 0; i < E; ++i) v[i] = value;
-}
-
 // The forward over aligned rows. A lane past its sequence's end (len < width * E)
 // holds identity steps (x = 0, c = 1), so the segment's scan passes through it.
 template <typename T, int E, int NT, bool kRev>
-__global__ void __launch_bounds__(NT) packed_rows_fwd_kernel(const PackedRows<kNumFwdSlots> p) {
+__global__ void __launch_bounds__(NT) packed_rows_fwd_kernel(const AlignedRows<kNumFwdSlots> p) {
   using Acc = acc_t<T>;
   const int shift = p.width_shift, width = 1 << shift;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * (NT >> shift) + (threadIdx.x >> shift);
@@ -162,7 +151,7 @@ __global__ void __launch_bounds__(NT) packed_rows_fwd_kernel(const PackedRows<kN
 
 // The fused backward over aligned rows; the same steps as packed_bwd_kernel.
 template <typename T, int E, int NT, bool kFwdRev>
-__global__ void __launch_bounds__(NT) packed_rows_bwd_kernel(const PackedRows<kNumBwdSlots> p) {
+__global__ void __launch_bounds__(NT) packed_rows_bwd_kernel(const AlignedRows<kNumBwdSlots> p) {
   using Acc = acc_t<T>;
   const int shift = p.width_shift, width = 1 << shift;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * (NT >> shift) + (threadIdx.x >> shift);
@@ -202,41 +191,6 @@ __global__ void __launch_bounds__(NT) packed_rows_bwd_kernel(const PackedRows<kN
   if (holds) store_aligned(row_of<T>(p, kBwdDCoeffs, n) + first, ys);
 }
 
-// Each slot's pointer, and whether it holds one state a sequence (no time axis).
-struct SlotData {
-  const void* ptr;
-  bool state;
-};
-inline std::array<SlotData, kNumFwdSlots> slot_data(const ForwardParams& p) {
-  return {{{p.inputs, false}, {p.coeffs, false}, {p.outputs, false}, {p.initial, true}}};
-}
-inline std::array<SlotData, kNumBwdSlots> slot_data(const BackwardParams& p) {
-  return {{{p.d_outputs, false}, {p.coeffs, false}, {p.outputs, false}, {p.initial, true},
-           {p.d_inputs, false}, {p.d_coeffs, false}, {p.d_initial, true}}};
-}
-
-// Fills `rows` and returns true when every sequence tensor of p holds its
-// sequences as rows of whole vectors of E elements: one sequence dim at most,
-// unit element stride, seq_len a multiple of E, rows and pointers aligned.
-template <typename T, int E, int K, typename Params>
-bool packed_rows(const Params& p, PackedRows<K>& rows) {
-  constexpr int kVecBytes = vec_bytes<T, E>();
-  if (p.index.num_dims > 1 || p.seq_len % E != 0) return false;
-  const std::array<SlotData, K> slots = slot_data(p);
-  for (int t = 0; t < K; ++t) {
-    const int64_t row = p.index.num_dims == 1 ? p.index.seq_strides[t][0] : 0;
-    if (!slots[t].state && (p.index.elem_strides[t] != 1 || row * static_cast<int64_t>(sizeof(T)) % kVecBytes != 0 ||
-                            reinterpret_cast<std::uintptr_t>(slots[t].ptr) % kVecBytes != 0))
-      return false;
-    rows.data[t] = const_cast<void*>(slots[t].ptr);
-    rows.row_stride[t] = row;
-  }
-  rows.num_seqs = p.num_seqs;
-  rows.seq_len = p.seq_len;
-  rows.width_shift = packed_width_shift<E>(p.seq_len);
-  return true;
-}
-
 template <typename T, TileConfig C, bool kBackward>
 constexpr auto packed_kernel() {
   if constexpr (kBackward) return packed_bwd_kernel<T, C.elems_per_thread, C.threads_per_block>;
@@ -259,8 +213,9 @@ void launch_packed(const Params& p, const TileConfig& config, cudaStream_t strea
     const int64_t blocks = (p.num_seqs + per_block - 1) / per_block;
     if (blocks > 0x7fffffff) throw std::runtime_error(std::string("linrec: ") + name + " needs more than 2^31-1 blocks");
     const unsigned grid = static_cast<unsigned>(blocks);
-    PackedRows<kBackward ? int{kNumBwdSlots} : int{kNumFwdSlots}> rows;
-    if (!packed_rows<T, C.elems_per_thread>(p, rows))
+    AlignedRows<kBackward ? int{kNumBwdSlots} : int{kNumFwdSlots}> rows;
+    rows.width_shift = packed_width_shift<C.elems_per_thread>(p.seq_len);
+    if (!aligned_rows<T, C.elems_per_thread>(p, rows))
       launch_kernel<packed_kernel<T, C, kBackward>()>(grid, C.threads_per_block, 0, stream, p);
     else if (p.reverse)
       launch_kernel<packed_rows_kernel<T, C, kBackward, true>()>(grid, C.threads_per_block, 0, stream, rows);

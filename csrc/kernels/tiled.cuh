@@ -6,7 +6,8 @@
 // sequence and walks its tiles in scan order with the carry between them,
 // loading the next tile before scanning the current one so the loads are in
 // flight during the scan. Reverse runs the tiles, and the order inside each
-// tile, from last to first over the same memory layout.
+// tile, from last to first over the same memory layout. The one-tile forward
+// has a second kernel for sequences stored as aligned rows (rows.cuh).
 //
 // Backward (fused): with "next" meaning one step later in the forward direction,
 //     d_inputs[l]  = coeffs[next(l)] * d_inputs[next(l)] + d_outputs[l]
@@ -25,6 +26,7 @@
 #include "../memio.h"
 #include "../params.h"
 #include "grid_launch.cuh"
+#include "rows.cuh"
 #include "scan.cuh"
 
 namespace linrec {
@@ -140,6 +142,32 @@ __global__ void __launch_bounds__(NT_) tiled_fwd_kernel(const ForwardParams p) {
   }
 }
 
+// The one-tile forward over aligned rows (rows.cuh), for the vector memory
+// strategy: the same scan, with the direction a template argument and each
+// thread's elements one aligned vector load a tensor. A thread past the end of
+// a shorter sequence holds identity steps (x = 0, c = 1). Shorter code than the
+// general kernel, and fewer registers (bf16 16x64: 51 against 64). H100,
+// 13200 x 1024 bf16, kernel µs: 28.1 against 29.0.
+template <typename T, int E, int NT, int A, bool kRev>
+__global__ void __launch_bounds__(NT) tile_rows_fwd_kernel(const AlignedRows<kNumFwdSlots> p) {
+  using Acc = acc_t<T>;
+  __shared__ BlockScanStorage<Acc> storage;
+  const int64_t n = blockIdx.x;
+  const int first = static_cast<int>(threadIdx.x) * E;
+  const bool holds = first < p.seq_len;  // seq_len is a multiple of E, at most E * NT
+  Acc xs[E], cs[E];
+  fill(xs, Acc(0));
+  fill(cs, Acc(1));
+  wait_for_prior_grid();
+  if (holds) {
+    load_aligned(xs, row_of<const T>(p, kFwdInputs, n) + first);
+    load_aligned(cs, row_of<const T>(p, kFwdCoeffs, n) + first);
+  }
+  Acc carry = p.data[kFwdInitial] ? to_acc<Acc>(*row_of<const T>(p, kFwdInitial, n)) : Acc(0);
+  scan_tile<static_cast<AlgoCode>(A), E, NT>(xs, cs, kRev, carry, storage);
+  if (holds) store_aligned(row_of<T>(p, kFwdOutputs, n) + first, xs);
+}
+
 template <typename T, int E_, int NT_, int M_, int A_, Schedule S>
 __global__ void __launch_bounds__(NT_) tiled_bwd_kernel(const BackwardParams p) {
   using Acc = acc_t<T>;
@@ -211,7 +239,8 @@ void allow_dynamic_smem(Kernel kernel, const std::string& name) {
   }
 }
 
-// Launches the tile or pipe kernel for `config`: one block per sequence.
+// Launches the tile or pipe kernel for `config`: one block per sequence. The
+// one-tile forward over aligned rows takes tile_rows_fwd_kernel.
 template <typename T, Schedule S, bool kBackward, typename Params>
 void launch_tiled(const Params& p, const TileConfig& config, cudaStream_t stream) {
   const std::string name = tiled_name(S, kBackward);
@@ -220,7 +249,17 @@ void launch_tiled(const Params& p, const TileConfig& config, cudaStream_t stream
     constexpr int smem = tiled_dynamic_smem_bytes<acc_t<T>, C>();
     allow_dynamic_smem<C, smem>(kernel, name);
     if (p.num_seqs > 0x7fffffff) throw std::runtime_error("linrec: " + name + " needs more than 2^31-1 blocks");
-    launch_kernel<kernel>(static_cast<unsigned>(p.num_seqs), C.threads_per_block, smem, stream, p);
+    const unsigned grid = static_cast<unsigned>(p.num_seqs);
+    if constexpr (S == Schedule::kOneTile && !kBackward && C.memcode == MemCode::kVector) {
+      AlignedRows<kNumFwdSlots> rows;
+      if (aligned_rows<T, C.elems_per_thread>(p, rows)) {
+        constexpr int E = C.elems_per_thread, NT = C.threads_per_block, A = static_cast<int>(C.algocode);
+        if (p.reverse) launch_kernel<tile_rows_fwd_kernel<T, E, NT, A, true>>(grid, NT, 0, stream, rows);
+        else launch_kernel<tile_rows_fwd_kernel<T, E, NT, A, false>>(grid, NT, 0, stream, rows);
+        return check_launch(name.c_str());
+      }
+    }
+    launch_kernel<kernel>(grid, C.threads_per_block, smem, stream, p);
     check_launch(name.c_str());
   }, name.c_str());
 }

@@ -1,0 +1,64 @@
+// The aligned-rows fast path shared by the packed kernels and the one-tile
+// forward. When every tensor of a call holds its sequences as rows of whole,
+// aligned vectors (the usual contiguous (..., L) tensor, L a multiple of E),
+// a kernel can take a few pointers and row strides (AlignedRows, params.h)
+// instead of the index of every layout, and load each thread's E elements as
+// vectors with no element checks and no element-by-element path. The kernels
+// are shorter and use fewer registers than their general versions.
+#pragma once
+#include <array>
+#include <cstdint>
+
+#include "../memio.h"
+#include "../params.h"
+
+namespace linrec {
+
+// The row of sequence n in slot t.
+template <typename T, int K>
+__device__ __forceinline__ T* row_of(const AlignedRows<K>& p, int t, int64_t n) {
+  return static_cast<T*>(p.data[t]) + n * p.row_stride[t];
+}
+
+template <int E, typename Acc>
+__device__ __forceinline__ void fill(Acc (&v)[E], Acc value) {
+#pragma unroll
+  for (int i = 0; i < E; ++i) v[i] = value;
+}
+
+// Each slot's pointer, and whether it holds one state a sequence (no time axis).
+struct SlotData {
+  const void* ptr;
+  bool state;
+};
+inline std::array<SlotData, kNumFwdSlots> slot_data(const ForwardParams& p) {
+  return {{{p.inputs, false}, {p.coeffs, false}, {p.outputs, false}, {p.initial, true}}};
+}
+inline std::array<SlotData, kNumBwdSlots> slot_data(const BackwardParams& p) {
+  return {{{p.d_outputs, false}, {p.coeffs, false}, {p.outputs, false}, {p.initial, true},
+           {p.d_inputs, false}, {p.d_coeffs, false}, {p.d_initial, true}}};
+}
+
+// Fills `rows` (all but width_shift) and returns true when every sequence
+// tensor of p holds its sequences as rows of whole vectors of E elements: one
+// sequence dim at most, unit element stride, seq_len a multiple of E, rows and
+// pointers aligned.
+template <typename T, int E, int K, typename Params>
+bool aligned_rows(const Params& p, AlignedRows<K>& rows) {
+  constexpr int kVecBytes = vec_bytes<T, E>();
+  if (p.index.num_dims > 1 || p.seq_len % E != 0) return false;
+  const std::array<SlotData, K> slots = slot_data(p);
+  for (int t = 0; t < K; ++t) {
+    const int64_t row = p.index.num_dims == 1 ? p.index.seq_strides[t][0] : 0;
+    if (!slots[t].state && (p.index.elem_strides[t] != 1 || row * static_cast<int64_t>(sizeof(T)) % kVecBytes != 0 ||
+                            reinterpret_cast<std::uintptr_t>(slots[t].ptr) % kVecBytes != 0))
+      return false;
+    rows.data[t] = const_cast<void*>(slots[t].ptr);
+    rows.row_stride[t] = row;
+  }
+  rows.num_seqs = p.num_seqs;
+  rows.seq_len = p.seq_len;
+  return true;
+}
+
+}  // namespace linrec
