@@ -105,19 +105,24 @@ inline KernelChoice select_one_block_per_seq(int64_t seq_len, bool backward, boo
   constexpr MemCode kVec = MemCode::kVector;
   constexpr AlgoCode kFull = AlgoCode::kBlock;
   if (storage_16bit) {
-    // bf16: tiles up to 1024 forward; then pipe, whose prefetched tile stays in
-    // bf16 (memio.h): 16x64 (0.95-0.97 of copy forward at 2048-4096), 16x256
-    // forward from 16384 (1.00); backward pipe 8x64 up to 2048, then 16x64.
+    // bf16: tiles up to 1024 forward (13200 x 1024, kernel µs, one device call:
+    // 27.9 over aligned rows, 29.8 for the general kernel (pipe, one tile),
+    // torch.add 27.2); then pipe, whose prefetched tile stays in bf16 (memio.h):
+    // 16x64 (0.95-0.97 of copy forward at 2048-4096), 16x256 forward from 16384
+    // (1.00); backward pipe 8x64 up to 2048, then 16x64.
     if (seq_len <= 8 * 64) return {KernelKind::kTile, {8, 64, kVec, kFull}};
     if (backward) return {KernelKind::kPipe, {seq_len <= 2048 ? 8 : 16, 64, kVec, kFull}};
     if (seq_len <= 16 * 64) return {KernelKind::kTile, {16, 64, kVec, kFull}};
     if (seq_len > 8192) return {KernelKind::kPipe, {16, 256, kVec, kFull}};
     return {KernelKind::kPipe, {16, 64, kVec, kFull}};
   }
-  // fp32: pipe 4x256 leads the forward past 512 (0.99-1.00 of copy from 2048 to
-  // 16384), pipe 16x64 the backward past 4096 (0.94-0.95).
+  // fp32: pipe 4x256 leads the forward past 1024 (0.99-1.00 of copy from 2048 to
+  // 16384), pipe 16x64 the backward past 4096 (0.94-0.95). Up to 1024 one tile
+  // (13200 x 1024, kernel µs, one device call: tile 4x256 over aligned rows 54.6,
+  // pipe 4x256 55.5, torch.add 55.3; the general tile 4x256 55.2, another call).
   if (!backward) {
     if (seq_len <= 8 * 64) return {KernelKind::kTile, {8, 64, kVec, kFull}};
+    if (seq_len <= 4 * 256) return {KernelKind::kTile, {4, 256, kVec, kFull}};
     return {KernelKind::kPipe, {4, 256, kVec, kFull}};
   }
   if (seq_len <= 16 * 64) return {KernelKind::kTile, {16, 64, kVec, kFull}};

@@ -146,8 +146,9 @@ __global__ void __launch_bounds__(NT_) tiled_fwd_kernel(const ForwardParams p) {
 // strategy: the same scan, with the direction a template argument and each
 // thread's elements one aligned vector load a tensor. A thread past the end of
 // a shorter sequence holds identity steps (x = 0, c = 1). Shorter code than the
-// general kernel, and fewer registers (bf16 16x64: 51 against 64). H100,
-// 13200 x 1024 bf16, kernel µs: 28.1 against 29.0.
+// general kernel, and fewer registers (bf16 16x64: 48 against 64). H100,
+// 13200 x 1024 bf16, kernel µs (scripts/config_sweep.py, one device call): 27.9
+// against 29.8 for the general kernel with one tile (pipe 16x64); torch.add 27.2.
 template <typename T, int E, int NT, int A, bool kRev>
 __global__ void __launch_bounds__(NT) tile_rows_fwd_kernel(const AlignedRows<kNumFwdSlots> p) {
   using Acc = acc_t<T>;
