@@ -1,5 +1,6 @@
 """A small set of kernel calls for compute-sanitizer (memcheck, racecheck): every
-kernel family (CUDA and Triton), both directions, partial tiles, misaligned views, fwd and bwd."""
+kernel family (CUDA and Triton), both directions, partial tiles, misaligned views and aligned
+rows, fwd and bwd."""
 
 import torch
 
@@ -20,6 +21,15 @@ for dtype in (torch.float32, torch.bfloat16):
                     continue
                 leaves = [v.clone().requires_grad_() for v in (x, c, h0)]
                 fn(*leaves[:2], reverse, initial=leaves[2], **kw).sum().backward()
+        # The one-tile forward over aligned rows (vector configs, lengths a multiple of
+        # elems_per_thread): a whole tile, and one whose last thread holds nothing.
+        for e, t, m, a in linrec.compiled_configs():
+            if m != 1:
+                continue
+            for length in (e * t, e * t - e):
+                leaves = [torch.randn(3, length, device="cuda").to(dtype).requires_grad_() for _ in range(2)]
+                cuda.linrec_tile(*leaves, reverse, elems_per_thread=e, threads_per_block=t, memcode=m,
+                                 algocode=a).sum().backward()
         # Strided: channel-last (T, D) over dim 0, 3 channels (one a lane) and, for 16-bit
         # storage, 66 (two a lane, a partial group); packed: sequences of 100 elements.
         xt, ct = x.t().contiguous(), c.t().contiguous()
