@@ -12,13 +12,12 @@
 //
 // These kernels last a few µs, so what a warp does before its first load shows
 // in their time. When every tensor holds its sequences as rows of whole,
-// aligned vectors (the usual contiguous (..., L) tensor), the rows kernels
-// run instead (rows.cuh): their arguments are a few pointers and strides
+// aligned vectors (the usual contiguous (..., L) tensor), the rows kernels run
+// instead (rows.cuh): their arguments are a few pointers and strides
 // (AlignedRows, two constant-cache lines rather than the index of every
-// layout), the host picks
-// the lanes a sequence, and the direction is a template argument. No element
-// checks, no run-time direction, no element-by-element path: short straight
-// code. (H100, ncu at 13200 x 64 fp32: the general kernel's warps spent about
+// layout), the host picks the lanes a sequence, and the direction is a
+// template argument. No element checks, no run-time direction, no
+// element-by-element path: short straight code. (H100, ncu at 13200 x 64 fp32: the general kernel's warps spent about
 // a third of their samples before the first load, in constant-cache and
 // instruction-cache misses and index arithmetic.)
 #pragma once

@@ -9,9 +9,10 @@ elementwise product with autograd (forward+backward, the same 8-tensor class),
 and the device's copy bandwidth. Each case times its baselines and
 implementations twice, in the order baselines, implementations, baselines,
 implementations, and every figure is the faster of its two runs (both in the
-JSON; linrec_hop, a slow reference, runs once). Every figure is a median of device time (the
-calls replayed from a CUDA graph: no Python or launch overhead); the eager time
-per call, with the host running ahead, is reported beside it (column `eager`).
+JSON; linrec_hop, a slow reference, runs once). A run is a median of device
+time (the calls replayed from a CUDA graph: no Python or launch overhead); the
+eager time per call, with the host running ahead, is reported beside it
+(column `eager`).
 Writes JSON and a PNG plot (when matplotlib is importable).
 """
 
