@@ -1,8 +1,9 @@
 """Kernel times of every compiled config of one kernel family, by shape, from the torch profiler.
 
-The data behind the packed, tile, pipe and chained picks of the shape rule (csrc/dispatch.h): each cell is
-the median kernel duration of the forward / the fused backward at an explicit config, called
-through torch.ops.linrec.linrec_fwd / linrec_bwd (no workspace fill or other kernel counted).
+The data behind the packed, tile, pipe and chained picks of the shape rule (csrc/dispatch.h):
+each cell is the median kernel duration of the forward / the fused backward at an explicit
+config, called through torch.ops.linrec.linrec_fwd / linrec_bwd (no workspace fill or other
+kernel counted).
 
 Usage: python scripts/config_sweep.py packed  [--seqs 13200] [--lengths 4 5 6 7 8 9]
        python scripts/config_sweep.py tile    [--seqs 13200] [--lengths 9 10 11 12]  (and pipe)

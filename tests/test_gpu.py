@@ -35,6 +35,20 @@ def inputs(shape, dtype, device="cuda"):
     return x, c
 
 
+def row_layout(num_seqs, length, layout, dtype, device="cuda"):
+    """Inputs and coefficients of num_seqs sequences stored as rows: "contiguous",
+    "padded" (rows 8 elements longer than the sequence: still aligned when the length
+    is) or "shared_coeffs" (contiguous, one coefficient row expanded over all sequences)."""
+    x, c = inputs((num_seqs, length + 8), dtype, device)
+    if layout == "padded":
+        x, c = x[:, :length], c[:, :length]
+    else:
+        x, c = x[:, :length].contiguous(), c[:, :length].contiguous()
+    if layout == "shared_coeffs":
+        c = c[:1].expand_as(x)
+    return x, c
+
+
 def check_fwd_bwd(fn, x, c, h0, reverse, dim=-1):
     """Forward and all three gradients of fn against autograd through the float64 reference."""
     tol = TOL[x.dtype]
@@ -200,20 +214,14 @@ VECTOR_CONFIGS = [c for c in CONFIGS if c[2] == 1]
 def test_every_tile_rows_config(config, case, dtype, reverse):
     """The one-tile forward over aligned rows (lengths a multiple of elems_per_thread, at
     most a tile): a whole tile, a tile whose last thread holds nothing (rows padded 8
-    elements, still aligned), and three threads' worth with one coefficient row shared by
-    all sequences. test_every_config covers the general tile kernel (length not a multiple)."""
+    elements), and three threads' worth with one coefficient row shared by all sequences.
+    test_every_config covers the general tile kernel (length not a multiple)."""
     from linrec.impl import cuda
 
     e, t = config[0], config[1]
     length, layout = {"whole": (e * t, "contiguous"), "last": (e * t - e, "padded"),
                       "3e": (3 * e, "shared_coeffs")}[case.split("_")[0]]
-    x, c = inputs((67, length + 8), dtype)
-    if layout == "padded":
-        x, c = x[:, :length], c[:, :length]
-    else:
-        x, c = x[:, :length].contiguous(), c[:, :length].contiguous()
-    if layout == "shared_coeffs":
-        c = c[:1].expand_as(x)
+    x, c = row_layout(67, length, layout, dtype)
     h0 = torch.randn(67, device="cuda").to(dtype)
     check_fwd_bwd(lambda *a, **k: cuda.linrec_tile(*a, **k, **config_kwargs(config)), x, c, h0, reverse)
 
@@ -234,13 +242,7 @@ def test_every_packed_config(config, length, layout, dtype, reverse):
     length = {"max": 32 * e, "3e": 3 * e}.get(length, length)
     if layout != "contiguous" and length % e:
         pytest.skip("the general kernels are tested contiguous")
-    x, c = inputs((385, length + 8), dtype)
-    if layout == "padded":  # rows 8 elements longer than the sequence: still aligned
-        x, c = x[:, :length], c[:, :length]
-    else:
-        x, c = x[:, :length].contiguous(), c[:, :length].contiguous()
-    if layout == "shared_coeffs":
-        c = c[:1].expand_as(x)
+    x, c = row_layout(385, length, layout, dtype)
     h0 = torch.randn(385, device="cuda").to(dtype)
     fn = cuda.linrec_packed
     check_fwd_bwd(lambda *a, **k: fn(*a, **k, **config_kwargs(config)), x, c, h0, reverse)

@@ -135,13 +135,7 @@ __global__ void __launch_bounds__(NT) packed_rows_fwd_kernel(const AlignedRows<k
   const bool active = n < p.num_seqs;
   const bool holds = active && first < p.seq_len;  // seq_len is a multiple of E: whole vectors
   Acc xs[E], cs[E];
-  fill(xs, Acc(0));
-  fill(cs, Acc(1));
-  wait_for_prior_grid();
-  if (holds) {
-    load_aligned(xs, row_of<const T>(p, kFwdInputs, n) + first);
-    load_aligned(cs, row_of<const T>(p, kFwdCoeffs, n) + first);
-  }
+  load_fwd_row<T>(xs, cs, p, n, first, holds);
   const Acc initial =
       p.data[kFwdInitial] && active ? to_acc<Acc>(*row_of<const T>(p, kFwdInitial, n)) : Acc(0);
   scan_segment(xs, cs, kRev, width, initial);

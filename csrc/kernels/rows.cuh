@@ -11,6 +11,7 @@
 
 #include "../memio.h"
 #include "../params.h"
+#include "grid_launch.cuh"
 
 namespace linrec {
 
@@ -24,6 +25,21 @@ template <int E, typename Acc>
 __device__ __forceinline__ void fill(Acc (&v)[E], Acc value) {
 #pragma unroll
   for (int i = 0; i < E; ++i) v[i] = value;
+}
+
+// The forward's loads: this thread's E inputs and coefficients of sequence n from
+// element `first`, or identity steps (x = 0, c = 1) where it holds none. Waits for
+// the prior grid (grid_launch.cuh) before touching global memory.
+template <typename T, int E, typename Acc>
+__device__ __forceinline__ void load_fwd_row(Acc (&xs)[E], Acc (&cs)[E], const AlignedRows<kNumFwdSlots>& p,
+                                             int64_t n, int first, bool holds) {
+  fill(xs, Acc(0));
+  fill(cs, Acc(1));
+  wait_for_prior_grid();
+  if (holds) {
+    load_aligned(xs, row_of<const T>(p, kFwdInputs, n) + first);
+    load_aligned(cs, row_of<const T>(p, kFwdCoeffs, n) + first);
+  }
 }
 
 // Each slot's pointer, and whether it holds one state a sequence (no time axis).

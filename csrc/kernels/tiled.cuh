@@ -157,13 +157,7 @@ __global__ void __launch_bounds__(NT) tile_rows_fwd_kernel(const AlignedRows<kNu
   const int first = static_cast<int>(threadIdx.x) * E;
   const bool holds = first < p.seq_len;  // seq_len is a multiple of E, at most E * NT
   Acc xs[E], cs[E];
-  fill(xs, Acc(0));
-  fill(cs, Acc(1));
-  wait_for_prior_grid();
-  if (holds) {
-    load_aligned(xs, row_of<const T>(p, kFwdInputs, n) + first);
-    load_aligned(cs, row_of<const T>(p, kFwdCoeffs, n) + first);
-  }
+  load_fwd_row<T>(xs, cs, p, n, first, holds);
   Acc carry = p.data[kFwdInitial] ? to_acc<Acc>(*row_of<const T>(p, kFwdInitial, n)) : Acc(0);
   scan_tile<static_cast<AlgoCode>(A), E, NT>(xs, cs, kRev, carry, storage);
   if (holds) store_aligned(row_of<T>(p, kFwdOutputs, n) + first, xs);

@@ -94,7 +94,8 @@ def run(dtypes, reps, max_hop_elems, only, impl_names=None):
             # took 5.1 µs in one full run and 2.9 in others (causes not found).
             first, again, runs = {}, {}, {}
             for rnd in (first, again):
-                rnd.update({bwd: time_case(fn, x, c, case["dim"], bwd, reps) for bwd, fn in baseline_fns.items()})
+                rnd.update({bwd: time_case(fn, x, c, case["dim"], bwd, reps)
+                            for bwd, fn in baseline_fns.items()})
                 for backward in (False, True):
                     for name, fn in impls.items():
                         if name == "linrec_hop" and (x.numel() > max_hop_elems or rnd is again):
