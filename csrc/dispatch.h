@@ -163,8 +163,11 @@ inline KernelChoice select_config(int64_t seq_len, int64_t num_seqs, bool unit_e
   // against 3.8 / 7.8), then 8x128 to 256 (11.0 / 23.4); 16-bit storage 8x256
   // below 128 (L = 16: 1.4 / 1.7 against 4x128's 1.6 / 1.9), then 16x128 to
   // 512 (L = 128: 2.8 / 3.8 against 8x128's 2.8 / 4.1; L = 512: 11.3 / 23.6
-  // against tile 8x64's 11.0 / 28.3 forward and pipe 8x64 backward).
+  // against tile 8x64's 11.0 / 28.3 forward and pipe 8x64 backward). The
+  // 16-bit forward of 33-127 takes 16x128 (L = 64, two runs: 2.1-2.2 µs against
+  // 8x256's 2.3-2.4, torch.add 1.8; its backward 2.9 against 2.8).
   if (storage_16bit) {
+    if (!backward && seq_len > 32 && seq_len < 128) return {KernelKind::kPacked, {16, 128, MemCode::kVector, kFull}};
     if (seq_len < 128) return {KernelKind::kPacked, {8, 256, MemCode::kVector, kFull}};
     if (seq_len <= 512) return {KernelKind::kPacked, {16, 128, MemCode::kVector, kFull}};
   } else {

@@ -248,7 +248,7 @@ def test_every_packed_config(config, length, layout, dtype, reverse):
     check_fwd_bwd(lambda *a, **k: fn(*a, **k, **config_kwargs(config)), x, c, h0, reverse)
 
 
-@pytest.mark.parametrize("length", [16, 100, 128])
+@pytest.mark.parametrize("length", [16, 64, 100, 128])
 @pytest.mark.parametrize("reverse", [False, True])
 def test_short_sequences_auto(length, reverse):
     """linrec.linrec on a grid of short rows (the packed kernel), misaligned rows included."""
