@@ -17,9 +17,10 @@
 // (AlignedRows, two constant-cache lines rather than the index of every
 // layout), the host picks the lanes a sequence, and the direction is a
 // template argument. No element checks, no run-time direction, no
-// element-by-element path: short straight code. (H100, ncu at 13200 x 64 fp32: the general kernel's warps spent about
-// a third of their samples before the first load, in constant-cache and
-// instruction-cache misses and index arithmetic.)
+// element-by-element path: short straight code. (H100, ncu at 13200 x 64
+// fp32: the general kernel's warps spent about a third of their samples
+// before the first load, in constant-cache and instruction-cache misses and
+// index arithmetic.)
 #pragma once
 #include <cuda_runtime.h>
 
