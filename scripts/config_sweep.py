@@ -11,6 +11,7 @@ Usage: python scripts/config_sweep.py packed  [--seqs 13200] [--lengths 4 5 6 7 
 """
 
 import argparse
+import itertools
 
 import torch
 
@@ -37,6 +38,15 @@ def fits(kernel, length, e, t):
     return True
 
 
+def cycled(tensors, cold):
+    """A function returning the next copy of `tensors` each call; with `cold`, enough copies that
+    one pass over them moves twice the L2 cache, so the kernels read DRAM as in the bench."""
+    nbytes = sum(t.numel() * t.element_size() for t in tensors)
+    count = -(-2 * torch.cuda.get_device_properties(0).L2_cache_size // nbytes) if cold else 1
+    sets = itertools.cycle([tensors] + [[t.clone() for t in tensors] for _ in range(count - 1)])
+    return lambda: next(sets)
+
+
 def kernel_us(fn, reps, kernel):
     times = [us for name, (us, _) in kernel_medians(fn, reps).items() if kernel in name]
     return times[0]
@@ -52,6 +62,7 @@ def main():
     parser.add_argument("--shapes", nargs="+", default=["1x22", "1x24", "4x22", "1x26"],
                         help="chained: SEQSxLOG2LEN")
     parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--cold", action="store_true", help="cycle the inputs past L2 (as the bench does)")
     args = parser.parse_args()
     kid = KERNEL_IDS[args.kernel]
     if args.kernel != "chained":
@@ -65,18 +76,19 @@ def main():
             c = (torch.rand(seqs, length, device="cuda") * 0.5 + 0.5).to(dtype)
             y = linrec.linrec(x, c)
             dy = torch.randn_like(y)
-            add = kernel_us(lambda: torch.add(x, c), args.reps, "")
+            fwd_args, bwd_args = cycled([x, c], args.cold), cycled([dy, c, y], args.cold)
+            add = kernel_us(lambda: torch.add(*fwd_args()), args.reps, "")
             row = [f"{str(dtype)[6:]:8s} {seqs} x {length}  add {add:6.1f}"]
             for e, t, m, a in configs(args.kernel):
                 if not fits(args.kernel, length, e, t):
                     continue
-                fwd = kernel_us(lambda: torch.ops.linrec.linrec_fwd(x, c, None, -1, False, kid, e, t, m, a),
+                fwd = kernel_us(lambda: torch.ops.linrec.linrec_fwd(*fwd_args(), None, -1, False, kid, e, t, m, a),
                                 args.reps, KERNEL_NAMES[args.kernel])
-                bwd = kernel_us(lambda: torch.ops.linrec.linrec_bwd(dy, c, y, None, -1, False, kid, e, t, m, a),
+                bwd = kernel_us(lambda: torch.ops.linrec.linrec_bwd(*bwd_args(), None, -1, False, kid, e, t, m, a),
                                 args.reps, KERNEL_NAMES[args.kernel])
                 row.append(f"{e}x{t} {fwd:6.1f} / {bwd:6.1f}")
             print(" | ".join(row), flush=True)
-            del x, c, y, dy
+            del x, c, y, dy, fwd_args, bwd_args
             torch.cuda.empty_cache()
 
 
