@@ -65,13 +65,19 @@ PyObject* build_info(PyObject*, PyObject*) {
 }
 
 #if defined(LINREC_WITH_CUDA)
-// func_attrs(dtype, kind, backward, elems_per_thread, threads_per_block, memcode, algocode)
+// func_attrs(dtype, kind, backward, variant, elems_per_thread, threads_per_block, memcode, algocode);
+// variant: 0 the general kernel, 1 / 2 the aligned-rows kernel scanning forward / in reverse.
 PyObject* func_attrs(PyObject*, PyObject* args) {
-  int dtype, kind, backward, e, t, m, a;
-  if (!PyArg_ParseTuple(args, "iipiiii", &dtype, &kind, &backward, &e, &t, &m, &a)) return nullptr;
+  int dtype, kind, backward, variant, e, t, m, a;
+  if (!PyArg_ParseTuple(args, "iipiiiii", &dtype, &kind, &backward, &variant, &e, &t, &m, &a)) return nullptr;
+  if (variant < 0 || variant > 2) {
+    PyErr_SetString(PyExc_ValueError, "linrec: func_attrs variant is 0 (general), 1 or 2 (aligned rows)");
+    return nullptr;
+  }
   try {
     const linrec::FuncAttrs r = linrec::cuda_func_attrs(
         static_cast<linrec::DType>(dtype), static_cast<linrec::KernelKind>(kind), backward != 0,
+        static_cast<linrec::KernelVariant>(variant),
         linrec::TileConfig{e, t, static_cast<linrec::MemCode>(m), static_cast<linrec::AlgoCode>(a)});
     return Py_BuildValue("{sisisisi}", "num_regs", r.num_regs, "local_bytes", r.local_bytes, "shared_bytes",
                          r.shared_bytes, "max_threads", r.max_threads);

@@ -373,6 +373,23 @@ def test_uncompiled_config_error():
         cuda.linrec_pipe(*inputs((2, 100), torch.float32), elems_per_thread=3)
 
 
+def test_func_attrs_cover_every_kernel():
+    from linrec import _C
+    from linrec.func_attrs import collect
+
+    rows = collect()
+    names = {r["kernel"] for r in rows}
+    assert {"tile_rows", "tile_rows_rev", "packed_rows", "packed_rows_rev"} <= names
+    assert all(r["num_regs"] > 0 for r in rows)
+    # One compiled kernel a row: the rows variants are distinct functions from the general kernels.
+    packed = [r for r in rows if r["kernel"].startswith("packed") and r["dtype"] == "float32" and not r["backward"]]
+    assert len(packed) == 3 * len(PACKED_CONFIGS)
+    with pytest.raises(RuntimeError, match="aligned-rows"):
+        _C.func_attrs(0, 4, False, 1, *STAGED_CONFIGS[0])  # chained kernels have no rows variant
+    with pytest.raises(ValueError, match="variant"):
+        _C.func_attrs(0, 6, False, 3, *PACKED_CONFIGS[0])
+
+
 DEPENDENT_CASES = {  # the kernel linrec.linrec picks: shape, dim
     "packed": ((20000, 64), -1),
     "tile": ((300, 3000), -1),

@@ -17,27 +17,33 @@
 namespace linrec {
 
 // Declared here, instantiated in kernels/instances/*.cu.
+#define LINREC_DECLARE_LAUNCH(T, LAUNCH, ...)                                                                  \
+  extern template void LAUNCH<__VA_ARGS__, false, ForwardParams>(const ForwardParams&, const TileConfig&,      \
+                                                                 cudaStream_t);                                \
+  extern template void LAUNCH<__VA_ARGS__, true, BackwardParams>(const BackwardParams&, const TileConfig&,     \
+                                                                 cudaStream_t);
+// tiled_func_attrs and packed_func_attrs also report the aligned-rows kernels (rows, rows_reverse).
 #define LINREC_DECLARE_SCHEDULE(T, S)                                                                          \
-  extern template void launch_tiled<T, S, false, ForwardParams>(const ForwardParams&, const TileConfig&,       \
-                                                                cudaStream_t);                                 \
-  extern template void launch_tiled<T, S, true, BackwardParams>(const BackwardParams&, const TileConfig&,      \
-                                                                cudaStream_t);                                 \
-  extern template cudaFuncAttributes tiled_func_attrs<T, S, false>(const TileConfig&);                         \
-  extern template cudaFuncAttributes tiled_func_attrs<T, S, true>(const TileConfig&);
+  LINREC_DECLARE_LAUNCH(T, launch_tiled, T, S)                                                                 \
+  extern template cudaFuncAttributes tiled_func_attrs<T, S, false>(const TileConfig&, bool, bool);             \
+  extern template cudaFuncAttributes tiled_func_attrs<T, S, true>(const TileConfig&, bool, bool);
 #define LINREC_DECLARE_TILED(T)                   \
   LINREC_DECLARE_SCHEDULE(T, Schedule::kOneTile)  \
   LINREC_DECLARE_SCHEDULE(T, Schedule::kPipe)
 // A kernel family whose launch and attribute templates take <T, kBackward>.
-#define LINREC_DECLARE_FAMILY(T, LAUNCH, ATTRS)                                                                \
-  extern template void LAUNCH<T, false, ForwardParams>(const ForwardParams&, const TileConfig&, cudaStream_t);  \
-  extern template void LAUNCH<T, true, BackwardParams>(const BackwardParams&, const TileConfig&, cudaStream_t); \
-  extern template cudaFuncAttributes ATTRS<T, false>(const TileConfig&);                                        \
+#define LINREC_DECLARE_FAMILY(T, LAUNCH, ATTRS)                           \
+  LINREC_DECLARE_LAUNCH(T, LAUNCH, T)                                      \
+  extern template cudaFuncAttributes ATTRS<T, false>(const TileConfig&);   \
   extern template cudaFuncAttributes ATTRS<T, true>(const TileConfig&);
-#define LINREC_DECLARE_ALL(T) \
-  LINREC_DECLARE_TILED(T)                                    \
-  LINREC_DECLARE_FAMILY(T, launch_chained, chained_func_attrs) \
-  LINREC_DECLARE_FAMILY(T, launch_strided, strided_func_attrs) \
-  LINREC_DECLARE_FAMILY(T, launch_packed, packed_func_attrs)
+#define LINREC_DECLARE_PACKED(T)                                                            \
+  LINREC_DECLARE_LAUNCH(T, launch_packed, T)                                                \
+  extern template cudaFuncAttributes packed_func_attrs<T, false>(const TileConfig&, bool, bool); \
+  extern template cudaFuncAttributes packed_func_attrs<T, true>(const TileConfig&, bool, bool);
+#define LINREC_DECLARE_ALL(T)                                    \
+  LINREC_DECLARE_TILED(T)                                        \
+  LINREC_DECLARE_FAMILY(T, launch_chained, chained_func_attrs)   \
+  LINREC_DECLARE_FAMILY(T, launch_strided, strided_func_attrs)   \
+  LINREC_DECLARE_PACKED(T)
 LINREC_DECLARE_ALL(float)
 LINREC_DECLARE_ALL(double)
 LINREC_DECLARE_ALL(__half)
@@ -79,8 +85,9 @@ void launch(const Params& p, DType dtype, KernelKind kind, const TileConfig& con
 }
 
 template <typename T, Schedule S>
-cudaFuncAttributes attrs_of(bool backward, const TileConfig& config) {
-  return backward ? tiled_func_attrs<T, S, true>(config) : tiled_func_attrs<T, S, false>(config);
+cudaFuncAttributes attrs_of(bool backward, bool rows, bool rows_reverse, const TileConfig& config) {
+  return backward ? tiled_func_attrs<T, S, true>(config, rows, rows_reverse)
+                  : tiled_func_attrs<T, S, false>(config, rows, rows_reverse);
 }
 
 }  // namespace
@@ -110,7 +117,11 @@ void cuda_bwd(const BackwardParams& p, DType dtype, KernelKind kind, const TileC
   launch<true>(p, dtype, kind, config, static_cast<cudaStream_t>(stream));
 }
 
-FuncAttrs cuda_func_attrs(DType dtype, KernelKind kind, bool backward, const TileConfig& config) {
+FuncAttrs cuda_func_attrs(DType dtype, KernelKind kind, bool backward, KernelVariant variant,
+                          const TileConfig& config) {
+  const bool rows = variant != KernelVariant::kGeneral, rows_reverse = variant == KernelVariant::kRowsReverse;
+  if (rows && kind != KernelKind::kTile && kind != KernelKind::kPacked)
+    throw std::invalid_argument("linrec: only the tile and packed kernels have aligned-rows variants");
   cudaFuncAttributes a{};
   by_dtype(dtype, [&]<typename T>() {
     cudaError_t err = cudaSuccess;
@@ -118,8 +129,8 @@ FuncAttrs cuda_func_attrs(DType dtype, KernelKind kind, bool backward, const Til
       case KernelKind::kRef:
         err = backward ? cudaFuncGetAttributes(&a, ref_bwd_kernel<T>) : cudaFuncGetAttributes(&a, ref_fwd_kernel<T>);
         break;
-      case KernelKind::kTile: a = attrs_of<T, Schedule::kOneTile>(backward, config); break;
-      case KernelKind::kPipe: a = attrs_of<T, Schedule::kPipe>(backward, config); break;
+      case KernelKind::kTile: a = attrs_of<T, Schedule::kOneTile>(backward, rows, rows_reverse, config); break;
+      case KernelKind::kPipe: a = attrs_of<T, Schedule::kPipe>(backward, false, false, config); break;
       case KernelKind::kChained:
         a = backward ? chained_func_attrs<T, true>(config) : chained_func_attrs<T, false>(config);
         break;
@@ -127,7 +138,8 @@ FuncAttrs cuda_func_attrs(DType dtype, KernelKind kind, bool backward, const Til
         a = backward ? strided_func_attrs<T, true>(config) : strided_func_attrs<T, false>(config);
         break;
       case KernelKind::kPacked:
-        a = backward ? packed_func_attrs<T, true>(config) : packed_func_attrs<T, false>(config);
+        a = backward ? packed_func_attrs<T, true>(config, rows, rows_reverse)
+                     : packed_func_attrs<T, false>(config, rows, rows_reverse);
         break;
       case KernelKind::kAuto: throw std::invalid_argument("linrec: func_attrs needs a kernel kind");
     }

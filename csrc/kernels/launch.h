@@ -28,7 +28,12 @@ int cuda_sm_count(int device);
 struct FuncAttrs {
   int num_regs, local_bytes, shared_bytes, max_threads;
 };
-FuncAttrs cuda_func_attrs(DType dtype, KernelKind kind, bool backward, const TileConfig& config);
+// Which kernel of a kind and config: the general one, or the aligned-rows kernel
+// (rows.cuh) that the tile forward (vector loads) and the packed kernels launch when
+// every tensor's rows are unit-stride and aligned, in either scan direction.
+enum class KernelVariant : int { kGeneral = 0, kRowsForward = 1, kRowsReverse = 2 };
+FuncAttrs cuda_func_attrs(DType dtype, KernelKind kind, bool backward, KernelVariant variant,
+                          const TileConfig& config);
 #endif
 
 }  // namespace linrec

@@ -219,11 +219,16 @@ void launch_packed(const Params& p, const TileConfig& config, cudaStream_t strea
   }, name);
 }
 
+// Attributes of the kernel for `config`; with `rows`, of the aligned-rows kernel in
+// the direction `rows_reverse`.
 template <typename T, bool kBackward>
-cudaFuncAttributes packed_func_attrs(const TileConfig& config) {
+cudaFuncAttributes packed_func_attrs(const TileConfig& config, bool rows, bool rows_reverse) {
   cudaFuncAttributes attrs{};
   dispatch_config<PACKED_CONFIG_LIST>(config, [&]<TileConfig C>() {
-    const cudaError_t err = cudaFuncGetAttributes(&attrs, packed_kernel<T, C, kBackward>());
+    const cudaError_t err =
+        !rows          ? cudaFuncGetAttributes(&attrs, packed_kernel<T, C, kBackward>())
+        : rows_reverse ? cudaFuncGetAttributes(&attrs, packed_rows_kernel<T, C, kBackward, true>())
+                       : cudaFuncGetAttributes(&attrs, packed_rows_kernel<T, C, kBackward, false>());
     if (err != cudaSuccess) throw std::runtime_error(std::string("linrec: cudaFuncGetAttributes: ") + cudaGetErrorString(err));
   }, kBackward ? "linrec_packed_bwd" : "linrec_packed_fwd");
   return attrs;
@@ -232,7 +237,7 @@ cudaFuncAttributes packed_func_attrs(const TileConfig& config) {
 #define LINREC_INSTANTIATE_PACKED(T)                                                                          \
   template void launch_packed<T, false, ForwardParams>(const ForwardParams&, const TileConfig&, cudaStream_t); \
   template void launch_packed<T, true, BackwardParams>(const BackwardParams&, const TileConfig&, cudaStream_t); \
-  template cudaFuncAttributes packed_func_attrs<T, false>(const TileConfig&);                                   \
-  template cudaFuncAttributes packed_func_attrs<T, true>(const TileConfig&);
+  template cudaFuncAttributes packed_func_attrs<T, false>(const TileConfig&, bool, bool);                       \
+  template cudaFuncAttributes packed_func_attrs<T, true>(const TileConfig&, bool, bool);
 
 }  // namespace linrec
