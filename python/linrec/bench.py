@@ -118,10 +118,10 @@ def run(dtypes, reps, max_hop_elems, only, impl_names=None):
             # Two rounds, and the faster run of each figure counts. On the H100 single runs
             # swung: the first add of 1 x 2^24, right after the largest case, took 80 µs
             # in every full run against 69 µs timed again; linrec's 13200 x 64 fp32 forward
-            # took 5.1 µs in one full run and 2.9 in others (causes not found). The first
-            # figure timed in a case can also come out fast (13200 x 16 fp32 add: 2.36-2.49
-            # µs first, 2.74-2.81 after), so the second round runs the implementations
-            # first: each side gets the first slot once.
+            # took 5.1 µs in one full run and 2.9 in others (causes not found). The add timed
+            # first in a case can also come out fast (13200 x 16 fp32: 2.35-2.49 µs, 2.74-2.81
+            # after; linrec 2.60-2.72 in any slot). The second round runs the implementations
+            # first, so no side always has the first slot.
             first, again, runs = {}, {}, {}
 
             def time_implementations(rnd):
