@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 
+import torch
+
 import linrec
 from linrec import _C
 
@@ -32,7 +34,7 @@ def collect():
             rows.append(dict(kernel="ref", dtype=dtype, backward=backward, config=None,
                              **_C.func_attrs(d, KINDS["ref"], backward, 0, 0, 0, 0, 0)))
             for kind in ("tile", "pipe", "chained", "strided", "packed"):
-                for config in linrec.compiled_configs(kind):
+                for config in linrec.compiled_configs(kind, getattr(torch, dtype)):
                     variants = {"": 0}
                     if has_rows_kernel(kind, backward, config):
                         variants.update(ROWS_VARIANTS)
