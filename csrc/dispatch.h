@@ -67,14 +67,11 @@ constexpr auto STRIDED_CONFIG_LIST =
 
 // The chained kernels take the tile configs, plus tiles staged whole in shared
 // memory (MemCode::kStaged): registers then hold no tile while it loads and
-// while the block looks back, so an SM keeps more bytes in flight. Rows of 36
-// fp32 or 72 16-bit elements need no padding (memio.h): 12.5% more elements in
-// the shared memory of 32 or 64 (36 fits fp32 and fp64 only, 72 every dtype).
+// while the block looks back, so an SM keeps more bytes in flight.
 constexpr auto CHAINED_CONFIG_LIST =
     concat(concat(CONFIG_LIST, product(std::array{16, 32}, std::array{128, 256}, std::array{MemCode::kStaged},
                                        std::array{AlgoCode::kBlock})),
-           product(std::array{36, 64, 72}, std::array{128}, std::array{MemCode::kStaged},
-                   std::array{AlgoCode::kBlock}));
+           product(std::array{64}, std::array{128}, std::array{MemCode::kStaged}, std::array{AlgoCode::kBlock}));
 
 // The packed kernels (packed.cuh): sequences of at most 32 * elems_per_thread
 // elements, several to a warp, threads_per_block threads to a block.

@@ -178,20 +178,12 @@ __device__ __forceinline__ void store_tile(T* seq, int64_t stride, const Acc (&s
 // kStaged (chained kernels): the block copies a tensor's whole tile into shared
 // memory in the storage type, 16 bytes a thread at a time with cp.async, so no
 // register waits on the load; threads then read their elements from there.
-// Thread t's E elements form row t. A quarter-warp's 16-byte accesses at the
-// same offset of eight rows hit distinct banks when a row is an odd number of
-// 16-byte chunks; an even row gets one chunk of padding. So a row of 36 fp32
-// or 72 bf16 elements takes the shared memory of a padded row of 32 or 64.
-template <typename T, int E>
-constexpr bool staged_rows_fit() {
-  return E * sizeof(T) % 16 == 0;
-}
-
+// Thread t's E elements form row t, followed by 16 bytes of padding so that
+// neighbouring rows start in different banks.
 template <typename T, int E>
 constexpr int staged_row_bytes() {
-  static_assert(staged_rows_fit<T, E>(), "a staged row is whole 16-byte chunks");
-  constexpr int kBytes = E * static_cast<int>(sizeof(T));
-  return (kBytes / 16) % 2 == 1 ? kBytes : kBytes + 16;
+  static_assert(E * sizeof(T) % 16 == 0, "a staged row is whole 16-byte chunks");
+  return E * static_cast<int>(sizeof(T)) + 16;
 }
 
 template <typename T, int E, int NT>

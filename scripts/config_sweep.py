@@ -24,8 +24,8 @@ KERNEL_NAMES = {"tile": "tile", "pipe": "tile", "chained": "chained", "packed": 
 STAGED = 3
 
 
-def configs(kernel, dtype):
-    cfgs = linrec.compiled_configs(kernel, dtype)
+def configs(kernel):
+    cfgs = linrec.compiled_configs(kernel)
     return [c for c in cfgs if c[2] == STAGED] if kernel == "chained" else cfgs
 
 
@@ -79,7 +79,7 @@ def main():
             fwd_args, bwd_args = cycled([x, c], args.cold), cycled([dy, c, y], args.cold)
             add = kernel_us(lambda: torch.add(*fwd_args()), args.reps, "")
             row = [f"{str(dtype)[6:]:8s} {seqs} x {length}  add {add:6.1f}"]
-            for e, t, m, a in configs(args.kernel, dtype):
+            for e, t, m, a in configs(args.kernel):
                 if not fits(args.kernel, length, e, t):
                     continue
                 fwd = kernel_us(lambda: torch.ops.linrec.linrec_fwd(*fwd_args(), None, -1, False, kid, e, t, m, a),

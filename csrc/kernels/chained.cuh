@@ -376,55 +376,32 @@ ChainLead chained_lead(int64_t blocks) {
   return {first_wave / 2, first_wave};
 }
 
-// Whether `C` can run on storage type T: a staged row must be whole 16-byte chunks
-// (36 elements a thread are, in fp32 and fp64, but not in 16-bit storage).
-template <typename T, TileConfig C>
-constexpr bool chained_config_fits() {
-  return C.memcode != MemCode::kStaged || staged_rows_fit<T, C.elems_per_thread>();
-}
-
-template <typename T, TileConfig C>
-[[noreturn]] void throw_config_does_not_fit(const std::string& name) {
-  throw std::invalid_argument("linrec: " + name + " " + C.to_string() + ": staged rows of " +
-                              std::to_string(C.elems_per_thread) + " elements of " + std::to_string(sizeof(T)) +
-                              " bytes are not whole 16-byte chunks");
-}
-
 // Launches the chained kernel for `config`: one block per tile.
 template <typename T, bool kBackward, typename Params>
 void launch_chained(const Params& p, const TileConfig& config, cudaStream_t stream) {
   const std::string name = kBackward ? "linrec_chained_bwd" : "linrec_chained_fwd";
   dispatch_config<CHAINED_CONFIG_LIST>(config, [&]<TileConfig C>() {
-    if constexpr (!chained_config_fits<T, C>()) {
-      throw_config_does_not_fit<T, C>(name);
-    } else {
-      constexpr auto kernel = chained_kernel_for<T, C, kBackward>();
-      constexpr int smem = chained_dynamic_smem_bytes<T, C, kBackward>();
-      allow_dynamic_smem<C, smem>(kernel, name);
-      if (p.chain_workspace == nullptr) throw std::runtime_error("linrec: " + name + " needs a workspace");
-      const int64_t blocks = p.num_seqs * tile_order<C.tile_len(), false>(p.seq_len, false).num_tiles;
-      if (blocks > 0x7fffffff) throw std::runtime_error("linrec: " + name + " needs more than 2^31-1 blocks");
-      if (blocks == 0) return;
-      Params q = p;
-      q.chain_lead = chained_lead<kernel, C.threads_per_block, smem>(blocks);
-      launch_kernel<kernel>(static_cast<unsigned>(blocks), C.threads_per_block, smem, stream, q);
-      check_launch(name.c_str());
-    }
+    constexpr auto kernel = chained_kernel_for<T, C, kBackward>();
+    constexpr int smem = chained_dynamic_smem_bytes<T, C, kBackward>();
+    allow_dynamic_smem<C, smem>(kernel, name);
+    if (p.chain_workspace == nullptr) throw std::runtime_error("linrec: " + name + " needs a workspace");
+    const int64_t blocks = p.num_seqs * tile_order<C.tile_len(), false>(p.seq_len, false).num_tiles;
+    if (blocks > 0x7fffffff) throw std::runtime_error("linrec: " + name + " needs more than 2^31-1 blocks");
+    if (blocks == 0) return;
+    Params q = p;
+    q.chain_lead = chained_lead<kernel, C.threads_per_block, smem>(blocks);
+    launch_kernel<kernel>(static_cast<unsigned>(blocks), C.threads_per_block, smem, stream, q);
+    check_launch(name.c_str());
   }, name.c_str());
 }
 
 template <typename T, bool kBackward>
 cudaFuncAttributes chained_func_attrs(const TileConfig& config) {
   cudaFuncAttributes attrs{};
-  const char* name = kBackward ? "linrec_chained_bwd" : "linrec_chained_fwd";
   dispatch_config<CHAINED_CONFIG_LIST>(config, [&]<TileConfig C>() {
-    if constexpr (!chained_config_fits<T, C>()) {
-      throw_config_does_not_fit<T, C>(name);
-    } else {
-      const cudaError_t err = cudaFuncGetAttributes(&attrs, chained_kernel_for<T, C, kBackward>());
-      if (err != cudaSuccess) throw std::runtime_error(std::string("linrec: cudaFuncGetAttributes: ") + cudaGetErrorString(err));
-    }
-  }, name);
+    const cudaError_t err = cudaFuncGetAttributes(&attrs, chained_kernel_for<T, C, kBackward>());
+    if (err != cudaSuccess) throw std::runtime_error(std::string("linrec: cudaFuncGetAttributes: ") + cudaGetErrorString(err));
+  }, kBackward ? "linrec_chained_bwd" : "linrec_chained_fwd");
   return attrs;
 }
 

@@ -18,7 +18,7 @@ from ._args import normalize
 from ._ops import call_compiled
 from ._version import __version__
 
-__all__ = ["linrec", "build_info", "compiled_configs", "config_fits", "__version__"]
+__all__ = ["linrec", "build_info", "compiled_configs", "__version__"]
 
 
 def build_info() -> dict:
@@ -38,30 +38,17 @@ def build_info() -> dict:
 
 
 _CONFIG_FAMILIES = {"tile": "tiled", "pipe": "tiled", "chained": "chained", "strided": "strided", "packed": "packed"}
-_STAGED = 3  # MemCode::kStaged
 
 
-def compiled_configs(kernel: str = "tile", dtype: torch.dtype | None = None) -> list[tuple[int, int, int, int]]:
+def compiled_configs(kernel: str = "tile") -> list[tuple[int, int, int, int]]:
     """The compiled configs of a CUDA kernel as (elems_per_thread, threads_per_block, memcode, algocode).
 
     tile and pipe share one list; chained has those and its staged configs (memcode 3);
     strided (registers, memcode 0, or staged, memcode 3) and packed have their own.
-    With `dtype`, only the configs that run on that storage type: a chained tile staged
-    in shared memory needs rows of whole 16-byte chunks (36 elements a thread: fp32 and
-    fp64 only).
     """
     if kernel not in _CONFIG_FAMILIES:
         raise ValueError(f"linrec: kernel={kernel!r}; expected one of {', '.join(_CONFIG_FAMILIES)}")
-    configs = [tuple(c) for c in _C.compiled_configs(_CONFIG_FAMILIES[kernel])]
-    if dtype is not None:
-        configs = [c for c in configs if config_fits(kernel, c, dtype)]
-    return configs
-
-
-def config_fits(kernel: str, config: tuple[int, int, int, int], dtype: torch.dtype) -> bool:
-    """Whether a compiled config of `kernel` runs on storage of `dtype` (see compiled_configs)."""
-    elems_per_thread, _, memcode, _ = config
-    return kernel != "chained" or memcode != _STAGED or elems_per_thread * dtype.itemsize % 16 == 0
+    return [tuple(c) for c in _C.compiled_configs(_CONFIG_FAMILIES[kernel])]
 
 
 _HAS_CUDA_KERNELS = bool(_C.build_info()["cuda"])

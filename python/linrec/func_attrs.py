@@ -9,8 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 
-import torch
-
 import linrec
 from linrec import _C
 
@@ -34,7 +32,7 @@ def collect():
             rows.append(dict(kernel="ref", dtype=dtype, backward=backward, config=None,
                              **_C.func_attrs(d, KINDS["ref"], backward, 0, 0, 0, 0, 0)))
             for kind in ("tile", "pipe", "chained", "strided", "packed"):
-                for config in linrec.compiled_configs(kind, getattr(torch, dtype)):
+                for config in linrec.compiled_configs(kind):
                     variants = {"": 0}
                     if has_rows_kernel(kind, backward, config):
                         variants.update(ROWS_VARIANTS)

@@ -50,7 +50,7 @@ def tune(kernels, lengths, dtype, max_elems, reps, seqs=None):
             strided = kernel == "strided"
             dim = 0 if strided else -1
             xk, ck, dyk = (t.t().contiguous() if strided else t for t in (x, c, dy))
-            for config in linrec.compiled_configs(kernel, dtype):
+            for config in linrec.compiled_configs(kernel):
                 e, t, m, a = config
                 if (kernel == "tile" and e * t < length) or (kernel == "packed" and 32 * e < length):
                     continue

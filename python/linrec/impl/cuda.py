@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 
-from .. import compiled_configs, config_fits
+from .. import compiled_configs
 from .._args import normalize
 from .._ops import KERNEL_CHAINED, KERNEL_PACKED, KERNEL_PIPE, KERNEL_REF, KERNEL_STRIDED, KERNEL_TILE, call_compiled
 
@@ -41,11 +41,6 @@ def _check_config(kernel, inputs, dim, elems_per_thread, threads_per_block, memc
         raise ValueError(
             f"linrec_{kernel}: config (elems_per_thread, threads_per_block, memcode, algocode) = {config} "
             f"is not compiled; see linrec.compiled_configs({kernel!r}), or build with LINREC_CONFIGS=full"
-        )
-    if not config_fits(kernel, config, inputs.dtype):
-        raise ValueError(
-            f"linrec_{kernel}: config {config} stages rows of {elems_per_thread} elements, which are not whole "
-            f"16-byte chunks in {inputs.dtype}; see linrec.compiled_configs({kernel!r}, {inputs.dtype})"
         )
     if kernel == "packed" and inputs.shape[dim] > 32 * elems_per_thread:
         raise ValueError(
