@@ -17,32 +17,32 @@
 namespace linrec {
 
 // Declared here, instantiated in kernels/instances/*.cu.
-#define LINREC_DECLARE_LAUNCH(T, LAUNCH, ...)                                                                  \
+#define LINREC_DECLARE_LAUNCH(LAUNCH, ...)                                                                     \
   extern template void LAUNCH<__VA_ARGS__, false, ForwardParams>(const ForwardParams&, const TileConfig&,      \
                                                                  cudaStream_t);                                \
   extern template void LAUNCH<__VA_ARGS__, true, BackwardParams>(const BackwardParams&, const TileConfig&,     \
                                                                  cudaStream_t);
 // tiled_func_attrs and packed_func_attrs also report the aligned-rows kernels (rows, rows_reverse).
-#define LINREC_DECLARE_SCHEDULE(T, S)                                                                          \
-  LINREC_DECLARE_LAUNCH(T, launch_tiled, T, S)                                                                 \
-  extern template cudaFuncAttributes tiled_func_attrs<T, S, false>(const TileConfig&, bool, bool);             \
+#define LINREC_DECLARE_SCHEDULE(T, S)                                                              \
+  LINREC_DECLARE_LAUNCH(launch_tiled, T, S)                                                        \
+  extern template cudaFuncAttributes tiled_func_attrs<T, S, false>(const TileConfig&, bool, bool); \
   extern template cudaFuncAttributes tiled_func_attrs<T, S, true>(const TileConfig&, bool, bool);
 #define LINREC_DECLARE_TILED(T)                   \
   LINREC_DECLARE_SCHEDULE(T, Schedule::kOneTile)  \
   LINREC_DECLARE_SCHEDULE(T, Schedule::kPipe)
 // A kernel family whose launch and attribute templates take <T, kBackward>.
-#define LINREC_DECLARE_FAMILY(T, LAUNCH, ATTRS)                           \
-  LINREC_DECLARE_LAUNCH(T, LAUNCH, T)                                      \
-  extern template cudaFuncAttributes ATTRS<T, false>(const TileConfig&);   \
+#define LINREC_DECLARE_FAMILY(T, LAUNCH, ATTRS)                          \
+  LINREC_DECLARE_LAUNCH(LAUNCH, T)                                       \
+  extern template cudaFuncAttributes ATTRS<T, false>(const TileConfig&); \
   extern template cudaFuncAttributes ATTRS<T, true>(const TileConfig&);
-#define LINREC_DECLARE_PACKED(T)                                                            \
-  LINREC_DECLARE_LAUNCH(T, launch_packed, T)                                                \
+#define LINREC_DECLARE_PACKED(T)                                                                  \
+  LINREC_DECLARE_LAUNCH(launch_packed, T)                                                         \
   extern template cudaFuncAttributes packed_func_attrs<T, false>(const TileConfig&, bool, bool); \
   extern template cudaFuncAttributes packed_func_attrs<T, true>(const TileConfig&, bool, bool);
-#define LINREC_DECLARE_ALL(T)                                    \
-  LINREC_DECLARE_TILED(T)                                        \
-  LINREC_DECLARE_FAMILY(T, launch_chained, chained_func_attrs)   \
-  LINREC_DECLARE_FAMILY(T, launch_strided, strided_func_attrs)   \
+#define LINREC_DECLARE_ALL(T)                                  \
+  LINREC_DECLARE_TILED(T)                                      \
+  LINREC_DECLARE_FAMILY(T, launch_chained, chained_func_attrs) \
+  LINREC_DECLARE_FAMILY(T, launch_strided, strided_func_attrs) \
   LINREC_DECLARE_PACKED(T)
 LINREC_DECLARE_ALL(float)
 LINREC_DECLARE_ALL(double)
