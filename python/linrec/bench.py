@@ -104,7 +104,7 @@ def run(dtypes, reps, max_hop_elems, only, impl_names=None):
     copy = copy_bandwidth_gbs()
     impls = {k: v for k, v in implementations().items() if not impl_names or k in impl_names}
     # The first figure a process times is an outlier: on the H100 the first torch.add of 13200 x 16
-    # fp32 took 2.35-2.49 µs a call in five processes, every later one 2.72-2.81 (linrec timed
+    # fp32 took 2.35-2.49 µs a call in six processes, every later one 2.70-2.81 (linrec timed
     # first in a later case: no outlier). One figure, discarded, before the first case.
     warm = torch.randn(sms * 100, 16, device="cuda")
     time_case(lambda a, b, dim: torch.add(a, b), warm, warm, -1, False, reps, l2_bytes)
