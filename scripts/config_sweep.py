@@ -17,6 +17,7 @@ import torch
 
 import linrec
 from kernel_times import kernel_medians
+from linrec.bench import copies_past_l2
 
 KERNEL_IDS = {"tile": 2, "pipe": 3, "chained": 4, "packed": 6}
 # What the kernels' names contain (pipe is the tile template with another schedule).
@@ -42,8 +43,8 @@ def cycled(tensors, cold):
     """A function returning the next copy of `tensors` each call; with `cold`, enough copies that
     one pass over them moves twice the L2 cache, so the kernels read DRAM as in the bench."""
     nbytes = sum(t.numel() * t.element_size() for t in tensors)
-    count = -(-2 * torch.cuda.get_device_properties(0).L2_cache_size // nbytes) if cold else 1
-    sets = itertools.cycle([tensors] + [[t.clone() for t in tensors] for _ in range(count - 1)])
+    l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size
+    sets = itertools.cycle(copies_past_l2(tensors, nbytes, l2_bytes) if cold else [tuple(tensors)])
     return lambda: next(sets)
 
 

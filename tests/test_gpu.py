@@ -381,7 +381,7 @@ def test_func_attrs_cover_every_kernel():
     names = {r["kernel"] for r in rows}
     assert {"tile_rows", "tile_rows_rev", "packed_rows", "packed_rows_rev"} <= names
     assert all(r["num_regs"] > 0 for r in rows)
-    # One compiled kernel a row: the rows variants are distinct functions from the general kernels.
+    # Three rows a packed config: the general kernel and the aligned-rows kernel in each direction.
     packed = [r for r in rows if r["kernel"].startswith("packed") and r["dtype"] == "float32" and not r["backward"]]
     assert len(packed) == 3 * len(PACKED_CONFIGS)
     with pytest.raises(RuntimeError, match="aligned-rows"):

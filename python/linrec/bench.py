@@ -60,6 +60,13 @@ def cases(sms):
     yield dict(name="(8,4096,2048) dim=1", shape=(8, 4096, 2048), dim=1, length=4096)
 
 
+def copies_past_l2(tensors, traffic, l2_bytes):
+    """`tensors` and enough clones of them that one pass over all, moving `traffic` bytes
+    a set, moves at least twice the L2 cache (just `tensors` when one set already does)."""
+    count = max(1, -(-2 * l2_bytes // traffic))
+    return [tuple(tensors)] + [tuple(t.clone() for t in tensors) for _ in range(count - 1)]
+
+
 def input_sets(x, c, backward, l2_bytes):
     """Copies of (x, c) (and a dy) enough that one pass over them moves at least twice the L2 cache.
 
@@ -69,8 +76,7 @@ def input_sets(x, c, backward, l2_bytes):
     inputs and outputs larger than L2, as the figures assume.
     """
     traffic = (8 if backward else 3) * x.numel() * x.element_size()
-    count = max(1, -(-2 * l2_bytes // traffic))
-    sets = [(x, c)] + [(x.clone(), c.clone()) for _ in range(count - 1)]
+    sets = copies_past_l2((x, c), traffic, l2_bytes)
     if not backward:
         return sets
     return [(a.detach().requires_grad_(), b.detach().requires_grad_(), torch.randn_like(a)) for a, b in sets]
