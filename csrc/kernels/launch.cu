@@ -22,11 +22,11 @@ namespace linrec {
                                                                  cudaStream_t);                                \
   extern template void LAUNCH<__VA_ARGS__, true, BackwardParams>(const BackwardParams&, const TileConfig&,     \
                                                                  cudaStream_t);
-// tiled_func_attrs and packed_func_attrs also report the aligned-rows kernels (rows, rows_reverse).
-#define LINREC_DECLARE_SCHEDULE(T, S)                                                              \
-  LINREC_DECLARE_LAUNCH(launch_tiled, T, S)                                                        \
-  extern template cudaFuncAttributes tiled_func_attrs<T, S, false>(const TileConfig&, bool, bool); \
-  extern template cudaFuncAttributes tiled_func_attrs<T, S, true>(const TileConfig&, bool, bool);
+// tiled_func_attrs and packed_func_attrs also report the aligned-rows kernels (KernelVariant).
+#define LINREC_DECLARE_SCHEDULE(T, S)                                                                 \
+  LINREC_DECLARE_LAUNCH(launch_tiled, T, S)                                                           \
+  extern template cudaFuncAttributes tiled_func_attrs<T, S, false>(const TileConfig&, KernelVariant); \
+  extern template cudaFuncAttributes tiled_func_attrs<T, S, true>(const TileConfig&, KernelVariant);
 #define LINREC_DECLARE_TILED(T)                   \
   LINREC_DECLARE_SCHEDULE(T, Schedule::kOneTile)  \
   LINREC_DECLARE_SCHEDULE(T, Schedule::kPipe)
@@ -35,10 +35,10 @@ namespace linrec {
   LINREC_DECLARE_LAUNCH(LAUNCH, T)                                       \
   extern template cudaFuncAttributes ATTRS<T, false>(const TileConfig&); \
   extern template cudaFuncAttributes ATTRS<T, true>(const TileConfig&);
-#define LINREC_DECLARE_PACKED(T)                                                                  \
-  LINREC_DECLARE_LAUNCH(launch_packed, T)                                                         \
-  extern template cudaFuncAttributes packed_func_attrs<T, false>(const TileConfig&, bool, bool); \
-  extern template cudaFuncAttributes packed_func_attrs<T, true>(const TileConfig&, bool, bool);
+#define LINREC_DECLARE_PACKED(T)                                                                     \
+  LINREC_DECLARE_LAUNCH(launch_packed, T)                                                            \
+  extern template cudaFuncAttributes packed_func_attrs<T, false>(const TileConfig&, KernelVariant); \
+  extern template cudaFuncAttributes packed_func_attrs<T, true>(const TileConfig&, KernelVariant);
 #define LINREC_DECLARE_ALL(T)                                  \
   LINREC_DECLARE_TILED(T)                                      \
   LINREC_DECLARE_FAMILY(T, launch_chained, chained_func_attrs) \
@@ -85,9 +85,8 @@ void launch(const Params& p, DType dtype, KernelKind kind, const TileConfig& con
 }
 
 template <typename T, Schedule S>
-cudaFuncAttributes attrs_of(bool backward, bool rows, bool rows_reverse, const TileConfig& config) {
-  return backward ? tiled_func_attrs<T, S, true>(config, rows, rows_reverse)
-                  : tiled_func_attrs<T, S, false>(config, rows, rows_reverse);
+cudaFuncAttributes attrs_of(bool backward, KernelVariant variant, const TileConfig& config) {
+  return backward ? tiled_func_attrs<T, S, true>(config, variant) : tiled_func_attrs<T, S, false>(config, variant);
 }
 
 }  // namespace
@@ -119,8 +118,7 @@ void cuda_bwd(const BackwardParams& p, DType dtype, KernelKind kind, const TileC
 
 FuncAttrs cuda_func_attrs(DType dtype, KernelKind kind, bool backward, KernelVariant variant,
                           const TileConfig& config) {
-  const bool rows = variant != KernelVariant::kGeneral, rows_reverse = variant == KernelVariant::kRowsReverse;
-  if (rows && kind != KernelKind::kTile && kind != KernelKind::kPacked)
+  if (variant != KernelVariant::kGeneral && kind != KernelKind::kTile && kind != KernelKind::kPacked)
     throw std::invalid_argument("linrec: only the tile and packed kernels have aligned-rows variants");
   cudaFuncAttributes a{};
   by_dtype(dtype, [&]<typename T>() {
@@ -129,8 +127,8 @@ FuncAttrs cuda_func_attrs(DType dtype, KernelKind kind, bool backward, KernelVar
       case KernelKind::kRef:
         err = backward ? cudaFuncGetAttributes(&a, ref_bwd_kernel<T>) : cudaFuncGetAttributes(&a, ref_fwd_kernel<T>);
         break;
-      case KernelKind::kTile: a = attrs_of<T, Schedule::kOneTile>(backward, rows, rows_reverse, config); break;
-      case KernelKind::kPipe: a = attrs_of<T, Schedule::kPipe>(backward, false, false, config); break;
+      case KernelKind::kTile: a = attrs_of<T, Schedule::kOneTile>(backward, variant, config); break;
+      case KernelKind::kPipe: a = attrs_of<T, Schedule::kPipe>(backward, variant, config); break;
       case KernelKind::kChained:
         a = backward ? chained_func_attrs<T, true>(config) : chained_func_attrs<T, false>(config);
         break;
@@ -138,8 +136,7 @@ FuncAttrs cuda_func_attrs(DType dtype, KernelKind kind, bool backward, KernelVar
         a = backward ? strided_func_attrs<T, true>(config) : strided_func_attrs<T, false>(config);
         break;
       case KernelKind::kPacked:
-        a = backward ? packed_func_attrs<T, true>(config, rows, rows_reverse)
-                     : packed_func_attrs<T, false>(config, rows, rows_reverse);
+        a = backward ? packed_func_attrs<T, true>(config, variant) : packed_func_attrs<T, false>(config, variant);
         break;
       case KernelKind::kAuto: throw std::invalid_argument("linrec: func_attrs needs a kernel kind");
     }

@@ -32,6 +32,7 @@
 #include "../memio.h"
 #include "../params.h"
 #include "grid_launch.cuh"
+#include "launch.h"
 #include "rows.cuh"
 #include "scan.cuh"
 #include "tiled.cuh"
@@ -219,16 +220,21 @@ void launch_packed(const Params& p, const TileConfig& config, cudaStream_t strea
   }, name);
 }
 
-// Attributes of the kernel for `config`; with `rows`, of the aligned-rows kernel in
-// the direction `rows_reverse`.
+// Attributes of the `variant` kernel for `config`.
 template <typename T, bool kBackward>
-cudaFuncAttributes packed_func_attrs(const TileConfig& config, bool rows, bool rows_reverse) {
+cudaFuncAttributes packed_func_attrs(const TileConfig& config, KernelVariant variant) {
   cudaFuncAttributes attrs{};
   dispatch_config<PACKED_CONFIG_LIST>(config, [&]<TileConfig C>() {
-    const cudaError_t err =
-        !rows          ? cudaFuncGetAttributes(&attrs, packed_kernel<T, C, kBackward>())
-        : rows_reverse ? cudaFuncGetAttributes(&attrs, packed_rows_kernel<T, C, kBackward, true>())
-                       : cudaFuncGetAttributes(&attrs, packed_rows_kernel<T, C, kBackward, false>());
+    cudaError_t err = cudaErrorInvalidValue;  // for a variant not listed
+    switch (variant) {
+      case KernelVariant::kGeneral: err = cudaFuncGetAttributes(&attrs, packed_kernel<T, C, kBackward>()); break;
+      case KernelVariant::kRowsForward:
+        err = cudaFuncGetAttributes(&attrs, packed_rows_kernel<T, C, kBackward, false>());
+        break;
+      case KernelVariant::kRowsReverse:
+        err = cudaFuncGetAttributes(&attrs, packed_rows_kernel<T, C, kBackward, true>());
+        break;
+    }
     if (err != cudaSuccess) throw std::runtime_error(std::string("linrec: cudaFuncGetAttributes: ") + cudaGetErrorString(err));
   }, kBackward ? "linrec_packed_bwd" : "linrec_packed_fwd");
   return attrs;
@@ -237,7 +243,7 @@ cudaFuncAttributes packed_func_attrs(const TileConfig& config, bool rows, bool r
 #define LINREC_INSTANTIATE_PACKED(T)                                                                          \
   template void launch_packed<T, false, ForwardParams>(const ForwardParams&, const TileConfig&, cudaStream_t); \
   template void launch_packed<T, true, BackwardParams>(const BackwardParams&, const TileConfig&, cudaStream_t); \
-  template cudaFuncAttributes packed_func_attrs<T, false>(const TileConfig&, bool, bool);                       \
-  template cudaFuncAttributes packed_func_attrs<T, true>(const TileConfig&, bool, bool);
+  template cudaFuncAttributes packed_func_attrs<T, false>(const TileConfig&, KernelVariant);                    \
+  template cudaFuncAttributes packed_func_attrs<T, true>(const TileConfig&, KernelVariant);
 
 }  // namespace linrec

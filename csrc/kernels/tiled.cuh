@@ -26,6 +26,7 @@
 #include "../memio.h"
 #include "../params.h"
 #include "grid_launch.cuh"
+#include "launch.h"
 #include "rows.cuh"
 #include "scan.cuh"
 
@@ -292,19 +293,20 @@ void launch_tiled(const Params& p, const TileConfig& config, cudaStream_t stream
   }, name.c_str());
 }
 
-// Attributes of the kernel for `config`; with `rows`, of the aligned-rows kernel
-// in the direction `rows_reverse` (the one-tile forward with vector loads only).
+// Attributes of the `variant` kernel for `config` (aligned-rows variants: the
+// one-tile forward with vector loads only).
 template <typename T, Schedule S, bool kBackward>
-cudaFuncAttributes tiled_func_attrs(const TileConfig& config, bool rows, bool rows_reverse) {
+cudaFuncAttributes tiled_func_attrs(const TileConfig& config, KernelVariant variant) {
   cudaFuncAttributes attrs{};
   cudaError_t err = cudaSuccess;
   dispatch_config(config, [&]<TileConfig C>() {
-    if (!rows) {
+    if (variant == KernelVariant::kGeneral) {
       err = cudaFuncGetAttributes(&attrs, tiled_kernel<T, C, S, kBackward>());
     } else if constexpr (S == Schedule::kOneTile && !kBackward && C.memcode == MemCode::kVector) {
       constexpr int E = C.elems_per_thread, NT = C.threads_per_block, A = static_cast<int>(C.algocode);
-      err = rows_reverse ? cudaFuncGetAttributes(&attrs, tile_rows_fwd_kernel<T, E, NT, A, true>)
-                         : cudaFuncGetAttributes(&attrs, tile_rows_fwd_kernel<T, E, NT, A, false>);
+      const bool reverse = variant == KernelVariant::kRowsReverse;
+      err = reverse ? cudaFuncGetAttributes(&attrs, tile_rows_fwd_kernel<T, E, NT, A, true>)
+                    : cudaFuncGetAttributes(&attrs, tile_rows_fwd_kernel<T, E, NT, A, false>);
     } else {
       throw std::invalid_argument("linrec: only the tile forward with vector loads has an aligned-rows kernel");
     }
@@ -317,6 +319,6 @@ cudaFuncAttributes tiled_func_attrs(const TileConfig& config, bool rows, bool ro
 // (dtype, schedule, direction), so the build compiles them in parallel.
 #define LINREC_INSTANTIATE_TILED(T, SCHEDULE, BACKWARD, PARAMS)                                              \
   template void launch_tiled<T, SCHEDULE, BACKWARD, PARAMS>(const PARAMS&, const TileConfig&, cudaStream_t); \
-  template cudaFuncAttributes tiled_func_attrs<T, SCHEDULE, BACKWARD>(const TileConfig&, bool, bool);
+  template cudaFuncAttributes tiled_func_attrs<T, SCHEDULE, BACKWARD>(const TileConfig&, KernelVariant);
 
 }  // namespace linrec
