@@ -3,8 +3,10 @@
 # with scripts/kernel_times.py, in one call, so the variants share a device.
 # Usage: bash scripts/ab_builds.sh OUTDIR VARIANT...
 #   VARIANT is NAME=FLAGS, FLAGS passed to nvcc (NVCC_APPEND_FLAGS), e.g. base= frontier=-DLINREC_X=1
-# Env: TIMES_ARGS (kernel_times.py arguments, default --lengths 22 24 26), TESTS (pytest -k run
-#      after the last variant's timing, on that build).
+# Env: TIMES_ARGS (kernel_times.py arguments, default --lengths 22 24 26), BENCH_ARGS (if set,
+#      `python -m linrec.bench` with these arguments instead: whole calls replayed from a CUDA graph,
+#      e.g. BENCH_ARGS="--impls linrec --only 2^2"), TESTS (pytest -k run after the last variant's
+#      timing, on that build).
 set -uo pipefail
 out=$1; shift
 repo=$(pwd)
@@ -15,10 +17,16 @@ for variant in "$@"; do
   name=${variant%%=*} flags=${variant#*=}
   start=$(date +%s)
   rm -rf "$repo/build"  # ninja does not see NVCC_APPEND_FLAGS change
-  (cd "$repo" && NVCC_APPEND_FLAGS="$flags" python3 -m pip install --no-build-isolation --no-deps . \
-    > "$out/install_$name.log" 2>&1) || { tail -30 "$out/install_$name.log"; exit 1; }
+  # Build logs stay on the device unless the build fails: a device call brings back at most 8 files.
+  log=/tmp/ab_install_$name.log
+  (cd "$repo" && NVCC_APPEND_FLAGS="$flags" python3 -m pip install --no-build-isolation --no-deps . > "$log" 2>&1) ||
+    { cp "$log" "$out/"; tail -30 "$log"; exit 1; }
   echo "== $name ($flags): built in $(( $(date +%s) - start )) s"
-  (cd /tmp && python3 "$repo/scripts/kernel_times.py" ${TIMES_ARGS:---lengths 22 24 26}) 2>&1 | tee "$out/times_$name.txt"
+  if [ -n "${BENCH_ARGS:-}" ]; then
+    (cd /tmp && python3 -m linrec.bench $BENCH_ARGS) 2>&1 | tee "$out/times_$name.txt"
+  else
+    (cd /tmp && python3 "$repo/scripts/kernel_times.py" ${TIMES_ARGS:---lengths 22 24 26}) 2>&1 | tee "$out/times_$name.txt"
+  fi
 done
 if [ -n "${TESTS:-}" ]; then
   (cd /tmp && python3 -m pytest -q -x -p no:cacheprovider "$repo/tests/test_gpu.py" -k "$TESTS") > "$out/tests.txt" 2>&1

@@ -29,6 +29,17 @@
 
 namespace linrec {
 
+// The launch after a chained kernel. Every block lets a dependent launch
+// (grid_launch.cuh) start as soon as it starts itself, so the dependent is
+// launched once the last wave of tiles is resident, and its blocks take the
+// slots that the drain frees; they still wait for this kernel to complete
+// before they touch memory. Where the next call's workspace clear and scan
+// follow (a training step's calls, a CUDA graph), their launches then overlap
+// this kernel's drain. Measured on the H100 (`python -m linrec.bench --only 2^2`,
+// two builds each way in one device call): 1 x 2^24 fp32 forward 80.2-80.4 ->
+// 79.6-79.7 µs a call, every few-long figure (fp32 and bf16, fwd and fwd+bwd)
+// 0.01 of copy faster. A kernel launched without the attribute is unaffected.
+
 // This block's tile: sequence `seq`, its k-th tile in scan order.
 struct ChainedTile {
   int64_t seq, k;
@@ -103,6 +114,7 @@ __global__ void __launch_bounds__(NT) chained_kernel(const Params p) {
   __shared__ BlockScanStorage<Acc> storage;
 
   using B = ChainedBlock<T, kBackward>;
+  allow_dependents_to_launch();  // see "The launch after a chained kernel" above
   wait_for_prior_grid();
   const B b = chained_block<T, C.tile_len(), kBackward>(p);
   const auto& es = p.index.elem_strides;
@@ -148,6 +160,7 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
   __shared__ Acc first_c;         // the backward's coeffs at the forward's first step, if in the tile
 
   using B = ChainedBlock<T, kBackward>;
+  allow_dependents_to_launch();  // see "The launch after a chained kernel" above
   wait_for_prior_grid();
   const B b = chained_block<T, kTileLen, kBackward>(p);
   const auto& es = p.index.elem_strides;

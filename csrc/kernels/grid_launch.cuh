@@ -8,8 +8,11 @@
 // runs its prologue (arguments, indices) and waits, with `wait_for_prior_grid`,
 // for the earlier grid's completion and memory before its first global access.
 // Every linrec kernel calls `wait_for_prior_grid` before it reads or writes global
-// memory. Only the workspace clear (workspace.cuh) lets its dependent, the scan
-// that uses the workspace, start early; the kernel after a scan starts when it ends.
+// memory. The workspace clear (workspace.cuh) lets its dependent, the scan that
+// uses the workspace, start early, and so do the chained scans (chained.cuh),
+// once their last wave is resident; the kernel after any other scan starts when
+// it ends. A dependent launched with the attribute must wait before it touches
+// memory, as every linrec kernel does; a kernel launched without it is unaffected.
 //
 // The attribute is set only when the kernel as loaded on the device was compiled
 // for sm_90 or later (cudaFuncAttributes::ptxVersion): a kernel built for an older
