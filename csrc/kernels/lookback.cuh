@@ -7,8 +7,10 @@
 // tile it publishes the state after it (kInclusive). To find its entering state,
 // warp 0 reads the statuses of its 32 nearest predecessors at once, composes
 // the transforms up to the nearest inclusive one, and moves on by that window
-// if none is inclusive yet. Tile numbers come from an atomic counter in launch
-// order, so a block waits only on blocks that already started: no deadlock.
+// if none is inclusive yet. A block waits only on blocks that already started,
+// so nothing deadlocks: the chained kernels number tiles by block index (blocks
+// start in increasing index order), the strided kernels take their numbers from
+// an atomic counter in launch order (next_tile_number).
 #pragma once
 #include <cstdint>
 
@@ -50,7 +52,7 @@ struct TileStatus<Acc, false> {
   Acc aggregate_y, aggregate_c, inclusive;
 };
 
-// The workspace: a tile counter, then the statuses of all tiles.
+// The workspace: a tile counter (used by the strided kernels), then the statuses of all tiles.
 struct ChainWorkspaceLayout {
   static constexpr int64_t kCounterBytes = 16;
   template <typename Acc>
