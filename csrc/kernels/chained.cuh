@@ -74,7 +74,7 @@ struct ChainedBlock {
   bool rev;        // scans against the sequence's index order
   ChainedTile tile;
   int64_t start, len;  // the tile's first element and the sequence's length
-  int64_t off[kBackward ? kNumBwdSlots : kNumFwdSlots];
+  int64_t off[kBackward ? int(kNumBwdSlots) : int(kNumFwdSlots)];
   TileStatus<Acc>* statuses;  // this sequence's
   const T* values;
   const T* c;
