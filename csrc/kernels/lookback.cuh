@@ -116,12 +116,39 @@ __device__ __forceinline__ void publish(TileStatus<Acc>* status, TileFlag flag, 
   }
 }
 
+// How a look-back reads a status. The chained kernels read theirs with an
+// atomic: a 16-byte compare-and-swap of 0 with 0, which leaves every status as
+// it is (a status is 0 only until it is published) and returns all 16 bytes.
+// Measured on the H100 against the relaxed load, one device call (kernel µs at
+// 1 x 2^24 / 2^26): fp32 forward 78.3 / 294.5 -> 75.2 / 279.4, backward 121.7 /
+// 476.1 -> 117.4 / 456.1; bf16 forward 43.2 / 152.3 -> 42.0 / 143.8 (but a
+// single wave, 1 x 2^22, 10.5 -> 11.6). Not traced; the likely reading is that
+// a load queues behind its SM's tile copies on the way to L2 and an atomic
+// does not. The strided kernels, whose status reads are few, measured slightly
+// slower with it ((8, 4096, 2048) over dim 1, fp32 forward 283 -> 288 µs a
+// call) and keep the load. The atomic needs sm_90; before it, both are loads.
+enum class StatusRead { kLoad, kAtomic };
+
 // One read of a status; its flag is kNotReady until it is ready and whole.
-template <typename Acc>
+template <StatusRead kRead, typename Acc>
 __device__ __forceinline__ StatusValue<Acc> read_status(const TileStatus<Acc>* status) {
   if constexpr (sizeof(Acc) == 4) {
     unsigned long long flag_y, flag_c;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if constexpr (kRead == StatusRead::kAtomic) {
+      asm volatile(
+          "{\n\t.reg .b128 old, zero;\n\tmov.b128 zero, {%2, %2};\n\t"
+          "atom.relaxed.gpu.global.cas.b128 old, [%3], zero, zero;\n\tmov.b128 {%0, %1}, old;\n\t}"
+          : "=l"(flag_y), "=l"(flag_c)
+          : "l"(0ull), "l"(status)
+          : "memory");
+    } else {
+      asm volatile("ld.relaxed.gpu.global.L2::cache_hint.v2.u64 {%0, %1}, [%2], %3;"
+                   : "=l"(flag_y), "=l"(flag_c)
+                   : "l"(status), "l"(status_cache_policy())
+                   : "memory");
+    }
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("ld.relaxed.gpu.global.L2::cache_hint.v2.u64 {%0, %1}, [%2], %3;"
                  : "=l"(flag_y), "=l"(flag_c)
                  : "l"(status), "l"(status_cache_policy())
@@ -130,7 +157,8 @@ __device__ __forceinline__ StatusValue<Acc> read_status(const TileStatus<Acc>* s
     asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];" : "=l"(flag_y), "=l"(flag_c) : "l"(status) : "memory");
 #endif
     const int flag = static_cast<int>(static_cast<unsigned>(flag_y));
-    const bool whole = flag == static_cast<int>(static_cast<unsigned>(flag_c));  // not a torn (aggregate, inclusive) mix
+    // Not a torn (aggregate, inclusive) mix; the atomic read cannot tear, the load can.
+    const bool whole = flag == static_cast<int>(static_cast<unsigned>(flag_c));
     return {whole ? flag : int(kNotReady), __uint_as_float(static_cast<unsigned>(flag_y >> 32)),
             __uint_as_float(static_cast<unsigned>(flag_c >> 32))};
   } else {
@@ -148,12 +176,12 @@ __device__ __forceinline__ StatusValue<Acc> read_status(const TileStatus<Acc>* s
 // bounds how late a waiter notices the status it waits for.
 constexpr unsigned kMaxBackoffNs = 256;
 
-template <typename Acc>
+template <StatusRead kRead, typename Acc>
 __device__ __forceinline__ StatusValue<Acc> wait_status(const TileStatus<Acc>* status) {
-  StatusValue<Acc> v = read_status(status);
+  StatusValue<Acc> v = read_status<kRead>(status);
   for (unsigned ns = 32; v.flag == kNotReady; ns = ns < kMaxBackoffNs ? 2 * ns : ns) {
     __nanosleep(ns);
-    v = read_status(status);
+    v = read_status<kRead>(status);
   }
   return v;
 }
@@ -180,8 +208,8 @@ constexpr int kTileStatusSpacing = 4;
 template <typename Acc>
 __device__ __forceinline__ void wait_for_lead(void* workspace, int64_t number, int64_t lead, int64_t first_wave) {
   if (lead > 0 && number >= lead && number < first_wave) {
-    if (threadIdx.x == 0)
-      wait_status(ChainWorkspaceLayout::statuses<Acc>(workspace) + (number - lead) * kTileStatusSpacing);
+    const TileStatus<Acc>* statuses = ChainWorkspaceLayout::statuses<Acc>(workspace);
+    if (threadIdx.x == 0) wait_status<StatusRead::kAtomic>(statuses + (number - lead) * kTileStatusSpacing);
     __syncthreads();
   }
 }
@@ -206,11 +234,11 @@ __device__ __forceinline__ Acc look_back(TileStatus<Acc>* statuses, int64_t k, A
   for (int64_t end = k - 1;; end -= kWarpSize) {
     // Tile 0 is always inclusive, so lanes before it are never composed.
     const int64_t p = end - lane;
-    StatusValue<Acc> s = p >= 0 ? read_status(&statuses[p * kTileStatusSpacing])
+    StatusValue<Acc> s = p >= 0 ? read_status<StatusRead::kAtomic>(&statuses[p * kTileStatusSpacing])
                                 : StatusValue<Acc>{kInclusive, Acc(0), Acc(0)};
     const unsigned seen = __ballot_sync(kFullMask, s.flag == kInclusive);
     const int bound = seen ? __ffs(seen) - 1 : kWarpSize;  // lanes nearer than the nearest inclusive seen
-    if (s.flag == kNotReady && lane < bound) s = wait_status(&statuses[p * kTileStatusSpacing]);
+    if (s.flag == kNotReady && lane < bound) s = wait_status<StatusRead::kAtomic>(&statuses[p * kTileStatusSpacing]);
     const unsigned inclusive = __ballot_sync(kFullMask, s.flag == kInclusive);
     const int last = inclusive ? __ffs(inclusive) - 1 : kWarpSize - 1;  // the nearest lane with an inclusive
     Acc y = lane <= last ? s.y : Acc(0), c = lane <= last ? s.c : Acc(1);
@@ -255,7 +283,7 @@ __device__ __forceinline__ void look_back_thread(TileStatus<Acc>* statuses, int6
   // then this chunk publishes its inclusive status only.
   StatusValue<Acc> first[V];
 #pragma unroll
-  for (int j = 0; j < V; ++j) first[j] = read_status(&statuses[(k - 1) * stride + j]);
+  for (int j = 0; j < V; ++j) first[j] = read_status<StatusRead::kLoad>(&statuses[(k - 1) * stride + j]);
 #pragma unroll
   for (int j = 0; j < V; ++j)
     if (first[j].flag != kInclusive) publish(&statuses[k * stride + j], kAggregate, total_y[j], total_c[j]);
@@ -264,8 +292,8 @@ __device__ __forceinline__ void look_back_thread(TileStatus<Acc>* statuses, int6
     Acc known_y = Acc(0), known_c = Acc(1);  // the chunks between p and k: s -> known_c * s + known_y
     StatusValue<Acc> s = first[j];
     for (int64_t p = k - 1;; --p) {
-      if (p != k - 1) s = read_status(&statuses[p * stride + j]);
-      if (s.flag == kNotReady) s = wait_status(&statuses[p * stride + j]);
+      if (p != k - 1) s = read_status<StatusRead::kLoad>(&statuses[p * stride + j]);
+      if (s.flag == kNotReady) s = wait_status<StatusRead::kLoad>(&statuses[p * stride + j]);
       known_y = known_c * s.y + known_y;
       known_c = known_c * s.c;
       if (s.flag == kInclusive) break;
