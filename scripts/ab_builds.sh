@@ -5,7 +5,7 @@
 #   VARIANT is NAME=FLAGS, FLAGS passed to nvcc (NVCC_APPEND_FLAGS), e.g. base= frontier=-DLINREC_X=1
 # Env: TIMES_ARGS (kernel_times.py arguments, default --lengths 22 24 26), BENCH_ARGS (if set,
 #      `python -m linrec.bench` with these arguments instead: whole calls replayed from a CUDA graph,
-#      e.g. BENCH_ARGS="--impls linrec --only 2^2"), TESTS (pytest -k run after the last variant's
+#      e.g. BENCH_ARGS="--impls linrec --only 2^2"; several runs separated by ';'), TESTS (pytest -k run after the last variant's
 #      timing, on that build).
 set -uo pipefail
 out=$1; shift
@@ -23,7 +23,11 @@ for variant in "$@"; do
     { cp "$log" "$out/"; tail -30 "$log"; exit 1; }
   echo "== $name ($flags): built in $(( $(date +%s) - start )) s"
   if [ -n "${BENCH_ARGS:-}" ]; then
-    (cd /tmp && python3 -m linrec.bench $BENCH_ARGS) 2>&1 | tee "$out/times_$name.txt"
+    : > "$out/times_$name.txt"
+    IFS=';' read -ra bench_runs <<< "$BENCH_ARGS"
+    for args in "${bench_runs[@]}"; do
+      (cd /tmp && eval "python3 -m linrec.bench $args") 2>&1 | tee -a "$out/times_$name.txt"
+    done
   else
     (cd /tmp && python3 "$repo/scripts/kernel_times.py" ${TIMES_ARGS:---lengths 22 24 26}) 2>&1 | tee "$out/times_$name.txt"
   fi
