@@ -5,8 +5,8 @@
 #   VARIANT is NAME=FLAGS, FLAGS passed to nvcc (NVCC_APPEND_FLAGS), e.g. base= frontier=-DLINREC_X=1
 # Env: TIMES_ARGS (kernel_times.py arguments, default --lengths 22 24 26), BENCH_ARGS (if set,
 #      `python -m linrec.bench` with these arguments instead: whole calls replayed from a CUDA graph,
-#      e.g. BENCH_ARGS="--impls linrec --only 2^2"; several runs separated by ';'), TESTS (pytest -k run after the last variant's
-#      timing, on that build).
+#      e.g. BENCH_ARGS="--impls linrec --only 2^2"; several runs separated by ';'),
+#      TESTS (pytest -k run after the last variant's timing, on that build).
 set -uo pipefail
 out=$1; shift
 repo=$(pwd)
