@@ -79,6 +79,14 @@ struct ChainedBlock {
   const T* values;
   const T* c;
   Acc initial;  // the state before the sequence (0 without one)
+  bool many_waves;  // the launch's tiles fill more than one wave: statuses are read by atomics (StatusRead)
+
+  // The state before this tile (look_back), given its total transform and the
+  // state entering the sequence.
+  __device__ __forceinline__ Acc state_before(Acc total_y, Acc total_c, Acc entering) const {
+    return many_waves ? look_back<StatusRead::kAtomic>(statuses, tile.k, total_y, total_c, entering)
+                      : look_back<StatusRead::kLoad>(statuses, tile.k, total_y, total_c, entering);
+  }
 };
 
 template <typename T, int kTileLen, bool kBackward, typename Params>
@@ -98,17 +106,18 @@ __device__ __forceinline__ ChainedBlock<T, kBackward> chained_block(const Params
   else b.values = static_cast<const T*>(p.inputs) + b.off[B::kV];
   b.c = static_cast<const T*>(p.coeffs) + b.off[B::kC];
   b.initial = p.initial ? to_acc<Acc>(static_cast<const T*>(p.initial)[b.off[B::kInitial]]) : Acc(0);
+  b.many_waves = p.chain_lead.lead > 0;  // chained_lead sets a lead only then
   return b;
 }
 
-// The tile scan entered with the state found by look-back over tile k's
-// predecessors among `statuses` (its sequence's); `initial` enters before tile 0.
-template <int E, int NT, typename Acc>
+// The tile scan entered with the state found by look-back over the tile's
+// predecessors (ChainedBlock::state_before); `initial` enters before tile 0.
+template <int E, int NT, typename Acc, typename Block>
 __device__ __forceinline__ void scan_chained_tile(Acc (&y)[E], Acc (&c)[E], bool rev, BlockScanStorage<Acc>& storage,
-                                                  TileStatus<Acc>* statuses, int64_t k, Acc initial) {
+                                                  const Block& b, Acc initial) {
   Acc carry_after = Acc(0);
   scan_tile_resolved<AlgoCode::kBlock, E, NT>(y, c, rev, carry_after, storage, [&](Acc total_y, Acc total_c) {
-    return look_back(statuses, k, total_y, total_c, initial);
+    return b.state_before(total_y, total_c, initial);
   });
 }
 
@@ -131,11 +140,11 @@ __global__ void __launch_bounds__(NT) chained_kernel(const Params p) {
   load_tile<C.memcode>(cs, b.c, es[B::kC], b.start, b.len, Acc(1), smem);
 
   if constexpr (!kBackward) {
-    scan_chained_tile<E, NT>(vs, cs, b.rev, storage, b.statuses, b.tile.k, b.initial);
+    scan_chained_tile<E, NT>(vs, cs, b.rev, storage, b, b.initial);
     store_tile<C.memcode>(static_cast<T*>(p.outputs) + b.off[kFwdOutputs], es[kFwdOutputs], vs, b.start, b.len, smem);
   } else {
     const Acc first_coeff = shift_bwd_coeffs(cs, b.c, es[B::kC], b.start, b.len, p.reverse);
-    scan_chained_tile<E, NT>(vs, cs, b.rev, storage, b.statuses, b.tile.k, Acc(0));
+    scan_chained_tile<E, NT>(vs, cs, b.rev, storage, b, Acc(0));
     store_tile<C.memcode>(static_cast<T*>(p.d_inputs) + b.off[kBwdDInputs], es[kBwdDInputs], vs, b.start, b.len, smem);
     store_bwd_coeffs<C.memcode>(vs, static_cast<const T*>(p.outputs) + b.off[kBwdOutputs], es[kBwdOutputs],
                                 static_cast<T*>(p.d_coeffs) + b.off[kBwdDCoeffs], es[kBwdDCoeffs], b.start, b.len,
@@ -273,7 +282,7 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
   const Acc before_warp = scan_block<NT>(
       total_y, total_c,
       [&](Acc tile_y_total, Acc tile_c_total) {
-        return look_back(b.statuses, b.tile.k, tile_y_total, tile_c_total, kBackward ? Acc(0) : b.initial);
+        return b.state_before(tile_y_total, tile_c_total, kBackward ? Acc(0) : b.initial);
       },
       b.rev, storage);
 

@@ -116,17 +116,19 @@ __device__ __forceinline__ void publish(TileStatus<Acc>* status, TileFlag flag, 
   }
 }
 
-// How a look-back reads a status. The chained kernels read theirs with an
-// atomic: a 16-byte compare-and-swap of 0 with 0, which leaves every status as
-// it is (a status is 0 only until it is published) and returns all 16 bytes.
-// Measured on the H100 against the relaxed load, one device call (kernel µs at
-// 1 x 2^24 / 2^26): fp32 forward 78.3 / 294.5 -> 75.2 / 279.4, backward 121.7 /
-// 476.1 -> 117.4 / 456.1; bf16 forward 43.2 / 152.3 -> 42.0 / 143.8 (but a
-// single wave, 1 x 2^22, 10.5 -> 11.6). Not traced; the likely reading is that
-// a load queues behind its SM's tile copies on the way to L2 and an atomic
-// does not. The strided kernels, whose status reads are few, measured slightly
-// slower with it ((8, 4096, 2048) over dim 1, fp32 forward 283 -> 288 µs a
-// call) and keep the load. The atomic needs sm_90; before it, both are loads.
+// How a look-back reads a status. The chained kernels, when their tiles fill
+// more than one wave, read theirs with an atomic: a 16-byte compare-and-swap of
+// 0 with 0, which leaves every status as it is (a status is 0 only until it is
+// published) and returns all 16 bytes. Measured on the H100 against the relaxed
+// load, one device call (kernel µs at 1 x 2^24 / 2^26): fp32 forward 78.3 /
+// 294.5 -> 75.2 / 279.4, backward 121.7 / 476.1 -> 117.4 / 456.1; bf16 forward
+// 43.2 / 152.3 -> 42.0 / 143.8. Not traced; the likely reading is that a load
+// queues behind its SM's tile copies on the way to L2 and an atomic does not.
+// A single wave, whose tiles all poll at once once their copies are done, was
+// slower with it (1 x 2^22 bf16 forward 10.5 -> 11.6 µs) and keeps the load, as
+// do the strided kernels, whose status reads are few ((8, 4096, 2048) over dim
+// 1, fp32 forward 283 -> 288 µs a call with it). The atomic needs sm_90; before
+// it, both are loads.
 enum class StatusRead { kLoad, kAtomic };
 
 // One read of a status; its flag is kNotReady until it is ready and whole.
@@ -217,10 +219,11 @@ __device__ __forceinline__ void wait_for_lead(void* workspace, int64_t number, i
 // The state before tile k of a sequence whose tiles' statuses are `statuses`,
 // given this tile's total transform (total_y, total_c) and the state before the
 // sequence. Called by all 32 lanes of one warp; publishes this tile's statuses.
+// Statuses are read as kRead says.
 // Lane L reads predecessor end - L of the current window; lanes past the
 // nearest inclusive status need not wait for theirs. (A window of 8 statuses a
 // lane was measured slower on the H100: every waiting warp polls 8x the flags.)
-template <typename Acc>
+template <StatusRead kRead, typename Acc>
 __device__ __forceinline__ Acc look_back(TileStatus<Acc>* statuses, int64_t k, Acc total_y, Acc total_c,
                                          Acc initial) {
   const int lane = threadIdx.x % kWarpSize;
@@ -234,11 +237,11 @@ __device__ __forceinline__ Acc look_back(TileStatus<Acc>* statuses, int64_t k, A
   for (int64_t end = k - 1;; end -= kWarpSize) {
     // Tile 0 is always inclusive, so lanes before it are never composed.
     const int64_t p = end - lane;
-    StatusValue<Acc> s = p >= 0 ? read_status<StatusRead::kAtomic>(&statuses[p * kTileStatusSpacing])
+    StatusValue<Acc> s = p >= 0 ? read_status<kRead>(&statuses[p * kTileStatusSpacing])
                                 : StatusValue<Acc>{kInclusive, Acc(0), Acc(0)};
     const unsigned seen = __ballot_sync(kFullMask, s.flag == kInclusive);
     const int bound = seen ? __ffs(seen) - 1 : kWarpSize;  // lanes nearer than the nearest inclusive seen
-    if (s.flag == kNotReady && lane < bound) s = wait_status<StatusRead::kAtomic>(&statuses[p * kTileStatusSpacing]);
+    if (s.flag == kNotReady && lane < bound) s = wait_status<kRead>(&statuses[p * kTileStatusSpacing]);
     const unsigned inclusive = __ballot_sync(kFullMask, s.flag == kInclusive);
     const int last = inclusive ? __ffs(inclusive) - 1 : kWarpSize - 1;  // the nearest lane with an inclusive
     Acc y = lane <= last ? s.y : Acc(0), c = lane <= last ? s.c : Acc(1);
