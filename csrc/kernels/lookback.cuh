@@ -77,7 +77,8 @@ __device__ __forceinline__ int64_t next_tile_number(void* workspace) {
 }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-// The L2 policy of status reads and writes: evicted last. The tiles stream through
+// The L2 policy of status writes and loads (not of the atomic reads, see
+// StatusRead): evicted last. The tiles stream through
 // L2 at the full DRAM rate while their statuses are polled; the hint ranks the
 // statuses above that stream. Measured, not traced: H100, one sequence of 2^26,
 // forward kernel µs fp32 299 -> 295, bf16 154 -> 152 (benchmarks/NOTES.md).
