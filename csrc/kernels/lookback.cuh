@@ -78,9 +78,8 @@ __device__ __forceinline__ int64_t next_tile_number(void* workspace) {
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 // The L2 policy of status writes and loads (not of the atomic reads, see
-// StatusRead): evicted last. The tiles stream through
-// L2 at the full DRAM rate while their statuses are polled; the hint ranks the
-// statuses above that stream. Measured, not traced: H100, one sequence of 2^26,
+// StatusRead): evicted last. The tiles stream through L2 at the full DRAM rate
+// while their statuses are polled; the hint ranks the statuses above that stream. Measured, not traced: H100, one sequence of 2^26,
 // forward kernel µs fp32 299 -> 295, bf16 154 -> 152 (benchmarks/NOTES.md).
 __device__ __forceinline__ unsigned long long status_cache_policy() {
   unsigned long long policy;
@@ -125,7 +124,7 @@ __device__ __forceinline__ void publish(TileStatus<Acc>* status, TileFlag flag, 
 // 294.5 -> 75.2 / 279.4, backward 121.7 / 476.1 -> 117.4 / 456.1; bf16 forward
 // 43.2 / 152.3 -> 42.0 / 143.8. Not traced; the likely reading is that a load
 // queues behind its SM's tile copies on the way to L2 and an atomic does not.
-// A single wave, whose tiles all poll at once once their copies are done, was
+// A single wave, whose tiles all poll together after their copies land, was
 // slower with it (1 x 2^22 bf16 forward 10.5 -> 11.6 µs) and keeps the load, as
 // do the strided kernels, whose status reads are few ((8, 4096, 2048) over dim
 // 1, fp32 forward 283 -> 288 µs a call with it). The atomic needs sm_90; before
