@@ -77,12 +77,15 @@ struct AlignedRows {
   int width_shift = 0;                // packed kernels: 2^width_shift lanes a sequence
 };
 
-// The chained kernels' first wave (see wait_for_lead in lookback.cuh): tiles
-// numbered from `lead` up to `first_wave` load only once the tile `lead`
-// numbers before them has published its aggregate. lead = 0: no waiting.
+// The chained kernels' first wave (see wait_for_turn in lookback.cuh): tile n
+// of the first wave starts loading no sooner than n * pace_ps picoseconds after
+// its block starts, and tiles numbered from `lead` up to `first_wave` only once
+// the tile `lead` numbers before them has published its aggregate.
+// lead = 0 (first_wave = 0): no waiting.
 struct ChainLead {
   int64_t lead = 0;
   int64_t first_wave = 0;
+  int64_t pace_ps = 0;
 };
 
 struct ForwardParams {

@@ -108,6 +108,16 @@ int cuda_sm_count(int device) {
   return 0;
 }
 
+double cuda_dram_bytes_per_ns(int device) {
+  int clock_khz = 0, bus_bits = 0;
+  if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return 2.0 * clock_khz * 1e3 * (bus_bits / 8) * 1e-9;  // double data rate
+}
+
 void cuda_fwd(const ForwardParams& p, DType dtype, KernelKind kind, const TileConfig& config, void* stream) {
   launch<false>(p, dtype, kind, config, static_cast<cudaStream_t>(stream));
 }

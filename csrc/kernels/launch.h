@@ -23,6 +23,8 @@ int64_t cuda_workspace_bytes(DType dtype, KernelKind kind, int64_t num_seqs, int
                              const TileConfig& config);
 // Streaming multiprocessors of a device (0 if it cannot be read).
 int cuda_sm_count(int device);
+// Peak DRAM bandwidth of a device in bytes a nanosecond (0 if it cannot be read).
+double cuda_dram_bytes_per_ns(int device);
 // Registers, local (spill) and shared memory of one compiled kernel, from
 // cudaFuncGetAttributes: {num_regs, local_bytes, static_shared_bytes, max_threads}.
 struct FuncAttrs {
