@@ -212,8 +212,8 @@ constexpr int kTileStatusSpacing = 4;
 //     (chained_lead) and the first tiles land first. H100, kernel µs at
 //     1 x 2^24 / 2^26 (with the lead, one device call): fp32 forward 75.3 /
 //     280.0 -> 74.1 / 278.1, bf16 42.1 / 144.1 -> 40.6 / 142.9; backward
-//     within 0.5 µs. A per-tile trace showed DRAM at 0.78 of copy for the
-//     first 4 µs without it, 0.93-0.97 from 2 to 4 µs with it.
+//     within 0.7 µs. A per-tile trace showed DRAM at 0.76-0.78 of copy from
+//     1 to 5 µs without it, 0.93-0.98 from 2 to 4 µs with it (8 ns a tile).
 // Called by the whole block.
 template <typename Acc>
 __device__ __forceinline__ void wait_for_turn(void* workspace, int64_t number, const ChainLead& lead) {
