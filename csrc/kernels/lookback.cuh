@@ -131,6 +131,20 @@ __device__ __forceinline__ void publish(TileStatus<Acc>* status, TileFlag flag, 
 // it, both are loads.
 enum class StatusRead { kLoad, kAtomic };
 
+// A relaxed load of a two-word status (evict-last from sm_80, see status_cache_policy).
+template <typename Acc>
+__device__ __forceinline__ void load_status_words(const TileStatus<Acc>* status, unsigned long long& flag_y,
+                                                  unsigned long long& flag_c) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("ld.relaxed.gpu.global.L2::cache_hint.v2.u64 {%0, %1}, [%2], %3;"
+               : "=l"(flag_y), "=l"(flag_c)
+               : "l"(status), "l"(status_cache_policy())
+               : "memory");
+#else
+  asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];" : "=l"(flag_y), "=l"(flag_c) : "l"(status) : "memory");
+#endif
+}
+
 // One read of a status; its flag is kNotReady until it is ready and whole.
 template <StatusRead kRead, typename Acc>
 __device__ __forceinline__ StatusValue<Acc> read_status(const TileStatus<Acc>* status) {
@@ -145,18 +159,10 @@ __device__ __forceinline__ StatusValue<Acc> read_status(const TileStatus<Acc>* s
           : "l"(0ull), "l"(status)
           : "memory");
     } else {
-      asm volatile("ld.relaxed.gpu.global.L2::cache_hint.v2.u64 {%0, %1}, [%2], %3;"
-                   : "=l"(flag_y), "=l"(flag_c)
-                   : "l"(status), "l"(status_cache_policy())
-                   : "memory");
+      load_status_words(status, flag_y, flag_c);
     }
-#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("ld.relaxed.gpu.global.L2::cache_hint.v2.u64 {%0, %1}, [%2], %3;"
-                 : "=l"(flag_y), "=l"(flag_c)
-                 : "l"(status), "l"(status_cache_policy())
-                 : "memory");
 #else
-    asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];" : "=l"(flag_y), "=l"(flag_c) : "l"(status) : "memory");
+    load_status_words(status, flag_y, flag_c);
 #endif
     const int flag = static_cast<int>(static_cast<unsigned>(flag_y));
     // Not a torn (aggregate, inclusive) mix; the atomic read cannot tear, the load can.
