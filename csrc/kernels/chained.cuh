@@ -244,7 +244,7 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
   // visit(x, a, i) for element i of chunk j (x its value, a the scan's
   // coefficient), then end_chunk(j). Shared by the fold and the rescan.
   auto walk_row = [&]<bool kRev>(auto&& visit, auto&& end_chunk) {
-    [[maybe_unused]] Acc carry = row_entry_c;  // the backward's only
+    [[maybe_unused]] Acc carry = row_entry_c;  // used by the backward only
 #pragma unroll
     for (int jj = 0; jj < kChunks; ++jj) {
       const int j = kRev ? kChunks - 1 - jj : jj;
