@@ -81,11 +81,12 @@ struct AlignedRows {
 // of the first wave starts loading no sooner than n * pace_ps picoseconds after
 // its block starts, and tiles numbered from `lead` up to `first_wave` only once
 // the tile `lead` numbers before them has published its aggregate.
-// lead = 0 (first_wave = 0): no waiting.
+// first_wave = 0 (the launch's tiles fit in one wave): no waiting.
 struct ChainLead {
   int64_t lead = 0;
   int64_t first_wave = 0;
   int64_t pace_ps = 0;
+  constexpr bool many_waves() const { return first_wave > 0; }
 };
 
 struct ForwardParams {

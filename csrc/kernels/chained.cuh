@@ -106,7 +106,7 @@ __device__ __forceinline__ ChainedBlock<T, kBackward> chained_block(const Params
   else b.values = static_cast<const T*>(p.inputs) + b.off[B::kV];
   b.c = static_cast<const T*>(p.coeffs) + b.off[B::kC];
   b.initial = p.initial ? to_acc<Acc>(static_cast<const T*>(p.initial)[b.off[B::kInitial]]) : Acc(0);
-  b.many_waves = p.chain_lead.lead > 0;  // chained_lead sets a lead only then
+  b.many_waves = p.chain_lead.many_waves();
   return b;
 }
 

@@ -79,8 +79,9 @@ __device__ __forceinline__ int64_t next_tile_number(void* workspace) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 // The L2 policy of status writes and loads (not of the atomic reads, see
 // StatusRead): evicted last. The tiles stream through L2 at the full DRAM rate
-// while their statuses are polled; the hint ranks the statuses above that stream. Measured, not traced: H100, one sequence of 2^26,
-// forward kernel µs fp32 299 -> 295, bf16 154 -> 152 (benchmarks/NOTES.md).
+// while their statuses are polled; the hint ranks the statuses above that
+// stream. Measured, not traced: H100, one sequence of 2^26, forward kernel µs
+// fp32 299 -> 295, bf16 154 -> 152 (benchmarks/NOTES.md).
 __device__ __forceinline__ unsigned long long status_cache_policy() {
   unsigned long long policy;
   asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
@@ -218,8 +219,9 @@ constexpr int kTileStatusSpacing = 4;
 //     (chained_lead) and the first tiles land first. H100, kernel µs at
 //     1 x 2^24 / 2^26 (with the lead, one device call): fp32 forward 75.3 /
 //     280.0 -> 74.1 / 278.1, bf16 42.1 / 144.1 -> 40.6 / 142.9; backward
-//     within 0.7 µs. A per-tile trace showed DRAM at 0.76-0.78 of copy from
-//     1 to 5 µs without it, 0.93-0.98 from 2 to 4 µs with it (8 ns a tile).
+//     within 0.7 µs. A model on per-tile timestamps (not a counter) put DRAM
+//     at 0.76-0.78 of copy from 1 to 5 µs without it, 0.93-0.98 from 2 to
+//     4 µs with it (8 ns a tile).
 // Called by the whole block.
 template <typename Acc>
 __device__ __forceinline__ void wait_for_turn(void* workspace, int64_t number, const ChainLead& lead) {
@@ -234,7 +236,7 @@ __device__ __forceinline__ void wait_for_turn(void* workspace, int64_t number, c
       const unsigned long long turn = now_ns() + static_cast<unsigned long long>(number * lead.pace_ps / 1000);
       while (now_ns() < turn) __nanosleep(32);
     }
-    if (number >= lead.lead) {
+    if (lead.lead > 0 && number >= lead.lead) {  // lead 0 (a first wave of one tile): no tile to wait on
       const TileStatus<Acc>* statuses = ChainWorkspaceLayout::statuses<Acc>(workspace);
       wait_status<StatusRead::kAtomic>(statuses + (number - lead.lead) * kTileStatusSpacing);
     }
