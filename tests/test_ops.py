@@ -26,6 +26,16 @@ def test_opcheck_fwd(sample):
     torch.library.opcheck(torch.ops.linrec.linrec_fwd.default, op_samples()[sample])
 
 
+@pytest.mark.parametrize("sample", range(3))
+def test_opcheck_raw_fwd(sample):
+    """_linrec_fwd, the forward without an autograd kernel that linrec.linrec differentiates
+    itself: the same schema checks as linrec_fwd, on inputs that need no gradient, and the same
+    outputs."""
+    args = [a.detach() if isinstance(a, torch.Tensor) else a for a in op_samples()[sample]]
+    torch.library.opcheck(torch.ops.linrec._linrec_fwd.default, args)
+    assert torch.equal(torch.ops.linrec._linrec_fwd(*args), torch.ops.linrec.linrec_fwd(*args))
+
+
 def test_opcheck_bwd():
     x, c, h0, *config = op_samples()[0]
     y = torch.ops.linrec.linrec_fwd(x.detach(), c.detach(), h0.detach(), *config)

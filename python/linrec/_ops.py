@@ -14,12 +14,19 @@ from . import _C  # noqa: F401  (loading it registers the ops)
 
 fwd_op = torch.ops.linrec.linrec_fwd
 bwd_op = torch.ops.linrec.linrec_bwd
+# linrec_fwd with no autograd kernel: what linrec.linrec calls, differentiating it with the
+# Functions below. The registered autograd of linrec_fwd is torch.library's Python wrapper,
+# which every call pays for, with grad or without (csrc/ops.cpp).
+raw_fwd_op = torch.ops.linrec._linrec_fwd
 
 
-@torch.library.register_fake("linrec::linrec_fwd")
 def _fwd_fake(inputs, coeffs, initial, dim, reverse, kernel, elems_per_thread, threads_per_block, memcode,
               algocode):
     return torch.empty_like(inputs)
+
+
+torch.library.register_fake("linrec::linrec_fwd", _fwd_fake)
+torch.library.register_fake("linrec::_linrec_fwd", _fwd_fake)
 
 
 @torch.library.register_fake("linrec::linrec_bwd")
@@ -67,7 +74,7 @@ class _LinrecFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, inputs, coeffs, initial, *config):
-        outputs = fwd_op(inputs, coeffs, initial, *config)
+        outputs = raw_fwd_op(inputs, coeffs, initial, *config)
         _setup_context(ctx, (inputs, coeffs, initial, *config), outputs)
         return outputs
 
@@ -93,7 +100,7 @@ class _LinrecDualFunction(_LinrecFunction):
         steps = d_inputs if d_inputs is not None else torch.zeros_like(outputs)
         if d_coeffs is not None:
             steps = steps + d_coeffs * _previous_states(outputs, initial, dim, reverse)
-        return fwd_op(steps, coeffs, d_initial, *ctx.config)
+        return fwd_op(steps, coeffs, d_initial, *ctx.config)  # differentiable again (forward-over-reverse)
 
 
 def _autograd_function(inputs, coeffs, initial):
@@ -123,4 +130,4 @@ def call_compiled(inputs, coeffs, initial, dim, reverse, kernel=KERNEL_AUTO, ele
     args = (inputs, coeffs, initial, dim, bool(reverse), kernel, elems_per_thread, threads_per_block, memcode,
             algocode)
     function = _autograd_function(inputs, coeffs, initial)
-    return fwd_op(*args) if function is None else function.apply(*args)
+    return raw_fwd_op(*args) if function is None else function.apply(*args)
