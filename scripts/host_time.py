@@ -23,7 +23,7 @@ import linrec
 
 # cudaDeviceAttr values (driver_types.h).
 ATTRS = {"MultiProcessorCount": 16, "MemoryClockRate": 36, "GlobalMemoryBusWidth": 37}
-SHAPES = {"1 x 2^24": (1, 2**24), "4 x 2^22": (4, 2**22), "13200 x 1024": (13200, 1024)}
+SHAPES = {"1 x 2^24": (1, 2**24), "4 x 2^22": (4, 2**22), "13200 x 1024": (13200, 1024), "13200 x 16": (13200, 16)}
 
 
 def median_us(fn, reps: int, inner: int = 1) -> float:
