@@ -51,21 +51,30 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=50)
     args = ap.parse_args()
     print(torch.cuda.get_device_name(0))
+    reps = args.reps
     try:
         rt, value = cudart(), ctypes.c_int()
         for name, attr in ATTRS.items():
-            us = median_us(lambda: rt.cudaDeviceGetAttribute(ctypes.byref(value), attr, 0), args.reps)
+            us = median_us(lambda: rt.cudaDeviceGetAttribute(ctypes.byref(value), attr, 0), reps)
             print(f"cudaDeviceGetAttribute({name}): {us:9.1f} us (value {value.value})")
     except OSError as err:
         print(f"no CUDA runtime to call through ctypes: {err}")
+    x = torch.randn(13200, 16, device="cuda")
+    c = torch.rand_like(x)
+    op_args = (x, c, None, -1, False, 0, 0, 0, 0, 3)
+    for label, fn in (("torch.empty_like", lambda: torch.empty_like(x)), ("torch.add", lambda: torch.add(x, c)),
+                      ("linrec_fwd (autograd registered)", lambda: torch.ops.linrec.linrec_fwd(*op_args)),
+                      ("_linrec_fwd (no autograd)", lambda: torch.ops.linrec._linrec_fwd(*op_args)),
+                      ("linrec.linrec", lambda: linrec.linrec(x, c))):
+        print(f"{label:>34} 13200 x 16: {median_us(fn, reps, inner=10):8.1f} us (host)")
     for dtype in (torch.float32, torch.bfloat16):
         for label, (seqs, length) in SHAPES.items():
             x = torch.randn(seqs, length, device="cuda", dtype=dtype)
             c = torch.rand_like(x)
-            fwd = median_us(lambda: linrec.linrec(x, c), args.reps, inner=10)
+            fwd = median_us(lambda: linrec.linrec(x, c), reps, inner=10)
             xg, cg = x.clone().requires_grad_(), c.clone().requires_grad_()
             dy = torch.randn_like(x)
-            both = median_us(lambda: linrec.linrec(xg, cg).backward(dy), args.reps, inner=10)
+            both = median_us(lambda: linrec.linrec(xg, cg).backward(dy), reps, inner=10)
             print(f"{label:>14} {str(dtype):>15}: forward {fwd:8.1f} us, forward+backward {both:8.1f} us (host)")
 
 
