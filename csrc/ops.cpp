@@ -289,7 +289,8 @@ STABLE_TORCH_LIBRARY(linrec, m) {
       "int elems_per_thread, int threads_per_block, int memcode, int algocode) -> Tensor");
   // linrec_fwd without an autograd registration, for callers that differentiate it
   // themselves (linrec.linrec's autograd.Function): torch.library's Python autograd
-  // kernel of linrec_fwd costs every call about 4 µs of host time, grad or not.
+  // kernel of linrec_fwd costs every call host time, grad or not (5 µs on a 2-core
+  // CPU, 12.5 µs on the H100 machine's; benchmarks/NOTES.md).
   m.def(
       "_linrec_fwd(Tensor inputs, Tensor coeffs, Tensor? initial, int dim, bool reverse, int kernel, "
       "int elems_per_thread, int threads_per_block, int memcode, int algocode) -> Tensor");
