@@ -64,6 +64,32 @@ def test_function_and_op_autograd_agree(sample):
         assert rel_error(g_fn, g_ref) < 1e-10
 
 
+def test_constant_marker_matches_torch():
+    """linrec marks its backend choice constant for torch.compile without importing Dynamo;
+    the mark must be the one torch.compiler.assume_constant_result sets."""
+    from linrec import _assume_constant_result
+
+    def ours():
+        return 0
+
+    def torchs():
+        return 0
+
+    _assume_constant_result(ours)
+    torch.compiler.assume_constant_result(torchs)
+    assert vars(ours) == vars(torchs) and vars(ours)
+
+
+def test_import_does_not_load_dynamo():
+    """`import linrec` stays light: torch._dynamo is loaded only by whoever compiles."""
+    import subprocess
+    import sys
+
+    code = "import sys, linrec; print('torch._dynamo' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
 def test_compile_fullgraph_forward_backward():
     def model(x, w, h0):
         c = torch.sigmoid(w)

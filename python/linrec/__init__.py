@@ -70,7 +70,16 @@ def _archs_cover(capability: tuple[int, int], archs: str) -> bool:
     return False
 
 
-@torch.compiler.assume_constant_result
+def _assume_constant_result(fn):
+    """torch.compiler.assume_constant_result, without its import of torch._dynamo, which doubles
+    the time of `import linrec` (2-core CPU: 1.1 s of 2.4). The decorator only marks the function
+    with this attribute, which Dynamo reads when it traces a call (torch 2.10-2.14);
+    tests/test_ops.py checks that the two still agree."""
+    fn._dynamo_marked_constant = True
+    return fn
+
+
+@_assume_constant_result
 def _cuda_backend(device_index: int) -> str:
     return _resolve_backend(device_index)
 
