@@ -212,6 +212,19 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory"); }
 
+// Asks L2 to fetch [first, first + count) of a global array ahead of its use
+// (sm_90 bulk prefetch; a hint, nothing waits on it; no-op before sm_90). Only
+// a range of whole 16-byte words, as the instruction takes, is prefetched.
+template <typename T>
+__device__ __forceinline__ void prefetch_l2(const T* first, int64_t count) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint64_t bytes = static_cast<uint64_t>(count) * sizeof(T);
+  if (count <= 0 || reinterpret_cast<uintptr_t>(first) % 16 != 0 || bytes % 16 != 0) return;
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(first), "r"(static_cast<unsigned>(bytes))
+               : "memory");
+#endif
+}
+
 // Copies the tile at `start` of `seq` into `tile`: asynchronously when it is
 // unit-stride, 16-byte aligned and whole, else element by element (`fill` past
 // len). Wait for it with cp_async_wait, then a block barrier.

@@ -81,11 +81,14 @@ struct AlignedRows {
 // of the first wave starts loading no sooner than n * pace_ps picoseconds after
 // its block starts, and tiles numbered from `lead` up to `first_wave` only once
 // the tile `lead` numbers before them has published its aggregate.
-// first_wave = 0 (the launch's tiles fit in one wave): no waiting.
+// first_wave = 0 (the launch's tiles fit in one wave): no waiting. Once its
+// own inputs have landed, a forward tile asks L2 to prefetch those of the tile
+// `prefetch_ahead` numbers after it (0: none; see chained_staged_kernel).
 struct ChainLead {
   int64_t lead = 0;
   int64_t first_wave = 0;
   int64_t pace_ps = 0;
+  int64_t prefetch_ahead = 0;
   constexpr bool many_waves() const { return first_wave > 0; }
 };
 

@@ -121,6 +121,34 @@ __device__ __forceinline__ void scan_chained_tile(Acc (&y)[E], Acc (&c)[E], bool
   });
 }
 
+// A forward tile whose inputs have landed asks L2 for those of the tile
+// p.chain_lead.prefetch_ahead numbers later (unit-stride tensors), whose block
+// starts about when this one resolves: its copies then find its inputs in L2,
+// fetched from DRAM while the resident tiles wait on their look-back. The
+// distance is a third of the first wave: about 260 tiles on the H100, whose
+// block starts soon after this tile lands. H100, kernel µs at 1 x 2^24 /
+// 2^26, one device call: fp32 forward 73.8 / 280.0 -> 72.2 / 273.2, bf16
+// 40.7 / 141.9 -> 39.5 / 138.6; 256 tiles alike; 64 and 128 (the later tile
+// has already started) and 400 slower or mixed, the whole first wave (792)
+// 20-40% slower (L2 thrashes). The backward, tried at 400 and 792 tiles
+// (values and coefficients, not the outputs), was slower and has none.
+template <int kTileLen, typename Params, typename Block>
+__device__ __forceinline__ void prefetch_later_tile(const Params& p, const Block& b) {
+  const auto& es = p.index.elem_strides;
+  const int64_t later = static_cast<int64_t>(blockIdx.x) + p.chain_lead.prefetch_ahead;
+  if (threadIdx.x != 0 || p.chain_lead.prefetch_ahead == 0 || later >= gridDim.x || es[Block::kV] != 1 ||
+      es[Block::kC] != 1)
+    return;
+  const TileOrder tiles = tile_order<kTileLen, false>(p.seq_len, b.rev);
+  int64_t off[kNumFwdSlots];
+  p.index.offsets(later / tiles.num_tiles, off);
+  const int64_t start = tiles.start(later % tiles.num_tiles);
+  const int64_t count = (start + kTileLen < b.len ? start + kTileLen : b.len) - start;
+  // The tensors' bases, from this tile's sequence offsets.
+  prefetch_l2(b.values - b.off[Block::kV] + off[Block::kV] + start, count);
+  prefetch_l2(b.c - b.off[Block::kC] + off[Block::kC] + start, count);
+}
+
 // Forward and fused backward in one kernel: they differ only in the tensors
 // around the tile scan (the backward runs against the forward direction).
 template <typename T, int E, int NT, int M, bool kBackward, typename Params>
@@ -206,6 +234,7 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
   }
   cp_async_wait<0>();
   __syncthreads();
+  if constexpr (!kBackward) prefetch_later_tile<kTileLen>(p, b);
 
   // Threads read and write their rows 16 bytes at a time: with the rows'
   // padding, a quarter-warp's 16-byte accesses fall on distinct banks.
@@ -407,7 +436,7 @@ ChainLead chained_lead(int64_t blocks, int64_t tile_input_bytes) {
   if (blocks <= first_wave) return {};
   const double bytes_per_ns = cuda_dram_bytes_per_ns(device);
   const int64_t pace_ps = bytes_per_ns > 0 ? static_cast<int64_t>(tile_input_bytes * 1000 / (1.25 * bytes_per_ns)) : 0;
-  return {first_wave / 2, first_wave, pace_ps};
+  return {first_wave / 2, first_wave, pace_ps, first_wave / 3};
 }
 
 // Launches the chained kernel for `config`: one block per tile.
