@@ -83,7 +83,7 @@ struct AlignedRows {
 // the tile `lead` numbers before them has published its aggregate.
 // first_wave = 0 (the launch's tiles fit in one wave): no waiting. Once its
 // own inputs have landed, a forward tile asks L2 to prefetch those of the tile
-// `prefetch_ahead` numbers after it (0: none; see chained_staged_kernel).
+// `prefetch_ahead` numbers after it (0: none; see prefetch_later_tile).
 struct ChainLead {
   int64_t lead = 0;
   int64_t first_wave = 0;

@@ -122,9 +122,9 @@ __device__ __forceinline__ void scan_chained_tile(Acc (&y)[E], Acc (&c)[E], bool
 }
 
 // A forward tile whose inputs have landed asks L2 for those of the tile
-// p.chain_lead.prefetch_ahead numbers later (unit-stride tensors), whose block
-// starts about when this one resolves: its copies then find its inputs in L2,
-// fetched from DRAM while the resident tiles wait on their look-back. The
+// p.chain_lead.prefetch_ahead numbers later (unit-stride tensors): that tile's
+// copies then find its inputs in L2, fetched from DRAM while the resident
+// tiles wait on their look-back, beyond what the blocks' slots hold. The
 // distance is a third of the first wave: about 260 tiles on the H100, whose
 // block starts soon after this tile lands. H100, kernel µs at 1 x 2^24 /
 // 2^26, one device call: fp32 forward 73.8 / 280.0 -> 72.2 / 273.2, bf16
