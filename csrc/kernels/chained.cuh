@@ -125,13 +125,14 @@ __device__ __forceinline__ void scan_chained_tile(Acc (&y)[E], Acc (&c)[E], bool
 // p.chain_lead.prefetch_ahead numbers later (unit-stride tensors): that tile's
 // copies then find its inputs in L2, fetched from DRAM while the resident
 // tiles wait on their look-back, beyond what the blocks' slots hold. The
-// distance is a third of the first wave: about 260 tiles on the H100, whose
-// block starts soon after this tile lands. H100, kernel µs at 1 x 2^24 /
-// 2^26, one device call: fp32 forward 73.8 / 280.0 -> 72.2 / 273.2, bf16
-// 40.7 / 141.9 -> 39.5 / 138.6; 256 tiles alike; 64 and 128 (the later tile
-// has already started) and 400 slower or mixed, the whole first wave (792)
-// 20-40% slower (L2 thrashes). The backward, tried at 400 and 792 tiles
-// (values and coefficients, not the outputs), was slower and has none.
+// distance is a third of the first wave, 264 tiles on the H100. H100, kernel
+// µs at 1 x 2^24 / 2^26, one device call: fp32 forward 73.8 / 280.0 -> 72.2 /
+// 273.2, bf16 40.7 / 141.9 -> 39.5 / 138.6; 256 tiles alike; 64, 128 and 320
+// slower than 256, 400 mixed, the whole first wave (792) 19-44% slower. Likely
+// readings, not profiled: nearer, the later tile has already issued its own
+// copies; farther, the prefetched bytes crowd L2. The backward, tried at 400
+// and 792 tiles (values and coefficients, not the outputs), was slower and has
+// none.
 template <int kTileLen, typename Params, typename Block>
 __device__ __forceinline__ void prefetch_later_tile(const Params& p, const Block& b) {
   const auto& es = p.index.elem_strides;
