@@ -17,7 +17,7 @@ bwd_op = torch.ops.linrec.linrec_bwd
 # linrec_fwd with no autograd kernel: what linrec.linrec calls, differentiating it with the
 # Functions below. The registered autograd of linrec_fwd is torch.library's Python wrapper,
 # which every call pays for, with grad or without (csrc/ops.cpp).
-raw_fwd_op = torch.ops.linrec._linrec_fwd
+fwd_op_no_autograd = torch.ops.linrec._linrec_fwd
 
 
 def _fwd_fake(inputs, coeffs, initial, dim, reverse, kernel, elems_per_thread, threads_per_block, memcode,
@@ -74,7 +74,7 @@ class _LinrecFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, inputs, coeffs, initial, *config):
-        outputs = raw_fwd_op(inputs, coeffs, initial, *config)
+        outputs = fwd_op_no_autograd(inputs, coeffs, initial, *config)
         _setup_context(ctx, (inputs, coeffs, initial, *config), outputs)
         return outputs
 
@@ -130,4 +130,4 @@ def call_compiled(inputs, coeffs, initial, dim, reverse, kernel=KERNEL_AUTO, ele
     args = (inputs, coeffs, initial, dim, bool(reverse), kernel, elems_per_thread, threads_per_block, memcode,
             algocode)
     function = _autograd_function(inputs, coeffs, initial)
-    return raw_fwd_op(*args) if function is None else function.apply(*args)
+    return fwd_op_no_autograd(*args) if function is None else function.apply(*args)
