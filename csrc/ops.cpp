@@ -13,6 +13,7 @@
 #include <torch/csrc/stable/accelerator.h>
 #endif
 
+#include <cstdlib>
 #include <optional>
 #include <tuple>
 #include <vector>
@@ -115,6 +116,23 @@ void build_index(const std::vector<int64_t>& seq_sizes_full, int64_t dim,
     index.elem_strides[t] = (ops[t] && !ops[t]->state) ? ops[t]->tensor->stride(dim) : 0;
 }
 
+// Whether, in tensor slot t, some sequence dim lies closer in memory than the
+// scan dim (channel-last data scanned over T): the strided kernels then run
+// lanes across neighbouring sequences. Otherwise a sequence's own elements are
+// nearest (unit stride, or a view such as x[..., ::2]) and the per-sequence
+// kernels read along it; the strided kernels would read one sector a lane.
+// Broadcast dims (stride 0) say nothing about where sequences lie.
+template <int K>
+bool seqs_interleaved(const SeqIndexer<K>& index, int t) {
+  const int64_t elem = std::abs(index.elem_strides[t]);
+  if (elem <= 1) return false;
+  for (int k = 0; k < index.num_dims; ++k) {
+    const int64_t s = std::abs(index.seq_strides[t][k]);
+    if (s != 0 && s < elem) return true;
+  }
+  return false;
+}
+
 int64_t count_seqs(const Tensor& t, int64_t dim) {
   int64_t n = 1;
   for (int64_t k = 0; k < t.dim(); ++k)
@@ -129,7 +147,7 @@ struct LaunchChoice {
 };
 
 LaunchChoice choose(int64_t kernel, int64_t elems_per_thread, int64_t threads_per_block, int64_t memcode,
-                    int64_t algocode, int64_t seq_len, int64_t num_seqs, bool unit_elem_stride, bool backward,
+                    int64_t algocode, int64_t seq_len, int64_t num_seqs, bool interleaved, bool backward,
                     DType dtype, int device) {
   STD_TORCH_CHECK(kernel >= 0 && kernel <= 6,
                   "linrec: kernel must be 0 (auto), 1 (ref), 2 (tile), 3 (pipe), 4 (chained), 5 (strided) or 6 "
@@ -138,7 +156,7 @@ LaunchChoice choose(int64_t kernel, int64_t elems_per_thread, int64_t threads_pe
   if (kind == KernelKind::kAuto) {
     const int elem_bytes = dtype == DType::kFloat64 ? 8 : dtype == DType::kFloat32 ? 4 : 2;
     const KernelChoice c =
-        select_config(seq_len, num_seqs, unit_elem_stride, backward, elem_bytes, cuda_sm_count(device));
+        select_config(seq_len, num_seqs, interleaved, backward, elem_bytes, cuda_sm_count(device));
     return {c.kind, c.config};
   }
   const bool may_stage = kind == KernelKind::kChained || kind == KernelKind::kStrided;
@@ -207,9 +225,9 @@ Tensor linrec_fwd(Tensor inputs, Tensor coeffs, std::optional<Tensor> initial, i
   }
 #if defined(LINREC_WITH_CUDA)
   torch::stable::accelerator::DeviceGuard guard(inputs.get_device_index());
-  const bool unit = p.index.elem_strides[kFwdInputs] == 1 && p.index.elem_strides[kFwdOutputs] == 1;
+  const bool interleaved = seqs_interleaved(p.index, kFwdInputs) || seqs_interleaved(p.index, kFwdOutputs);
   const LaunchChoice c = choose(kernel, elems_per_thread, threads_per_block, memcode, algocode, p.seq_len,
-                                p.num_seqs, unit, false, dtype, inputs.get_device_index());
+                                p.num_seqs, interleaved, false, dtype, inputs.get_device_index());
   const std::optional<Tensor> workspace = chain_workspace(inputs, dtype, c, p.num_seqs, p.seq_len);
   if (workspace) p.chain_workspace = workspace->mutable_data_ptr();
   cuda_fwd(p, dtype, c.kind, c.config, current_stream(inputs));
@@ -265,10 +283,9 @@ std::tuple<Tensor, Tensor, Tensor> linrec_bwd(Tensor d_outputs, Tensor coeffs, T
   }
 #if defined(LINREC_WITH_CUDA)
   torch::stable::accelerator::DeviceGuard guard(d_outputs.get_device_index());
-  const auto& es = p.index.elem_strides;
-  const bool unit = es[kBwdDOutputs] == 1 && es[kBwdDInputs] == 1;
+  const bool interleaved = seqs_interleaved(p.index, kBwdDOutputs) || seqs_interleaved(p.index, kBwdDInputs);
   const LaunchChoice c = choose(kernel, elems_per_thread, threads_per_block, memcode, algocode, p.seq_len,
-                                p.num_seqs, unit, true, dtype, d_outputs.get_device_index());
+                                p.num_seqs, interleaved, true, dtype, d_outputs.get_device_index());
   const std::optional<Tensor> workspace = chain_workspace(d_outputs, dtype, c, p.num_seqs, p.seq_len);
   if (workspace) p.chain_workspace = workspace->mutable_data_ptr();
   cuda_bwd(p, dtype, c.kind, c.config, current_stream(d_outputs));

@@ -267,6 +267,20 @@ def test_channel_last_auto(dtype, reverse):
     check_fwd_bwd(linrec.linrec, x, c, h0, reverse, dim=1)
 
 
+
+@pytest.mark.parametrize("shape", [(300, 100), (100, 700), (40, 3000), (2, 40000)],
+                         ids=["packed", "tile", "pipe", "chained"])
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_every_other_element_auto(shape, dtype, reverse):
+    """linrec.linrec on views of every other element (x[:, ::2]): a sequence's elements are
+    still nearer each other than the next sequence, so the rule picks a per-sequence kernel
+    (the ids name fp32's) reading with stride 2, not the strided kernel."""
+    x, c = inputs((shape[0], 2 * shape[1]), dtype)
+    x, c = x[:, ::2], c[:, 1::2]
+    h0 = torch.randn(shape[0], device="cuda").to(dtype)
+    check_fwd_bwd(linrec.linrec, x, c, h0, reverse)
+
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_dtypes(impl, dtype):
