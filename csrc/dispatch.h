@@ -161,7 +161,24 @@ inline KernelChoice select_config(int64_t seq_len, int64_t num_seqs, bool seqs_i
   // (32x128 12.5 / 49.0 / 173.3), backward 64x128 19.2 / 69.4 / 247.6 (32x128
   // 21.3 / 74.1 / 270.2, 32x256 19.9 / 72.7 / 270.6). Tiles in registers were
   // slower at 1 x 2^24 (fp32 forward 2037 GB/s against staged 2338, tune).
-  if (num_seqs < 2 * static_cast<int64_t>(sm_count) && seq_len >= 16384)
+  //
+  // Up to 64 sequences a multiprocessor, from 2 tiles a sequence (fp32) or 4
+  // (16-bit), the chained kernel also beats one block per sequence, whose blocks
+  // fill the GPU only a few waves deep. H100, µs rule before / chained / torch.add
+  // (scripts/shape_sweep.py, two device calls): fp32 forward 264 x 2^16 109.4 /
+  // 72.8 / 71.1, 1056 x 2^15 165.1 / 139.7 / 138.1, 8448 x 2^13 284.5 / 278.4 /
+  // 275.3; fp32 fwd+bwd 1056 x 2^15 460.7 / 377.9, 8448 x 2^13 776.8 / 753.5;
+  // bf16 forward 528 x 2^16 78.6 / 73.3 / 70.2, 2112 x 2^15 145.0 / 140.5 /
+  // 137.4 (264 x 2^16 38.8 / 39.9, the one loss); bf16 fwd+bwd 264 x 2^16
+  // 122.4 / 103.7, 2112 x 2^15 399.6 / 380.2. At 2 tiles a sequence bf16 is
+  // even or slower (2112 x 2^14 forward 72.3 / 73.6). The bench's 13200
+  // sequences stay on one block per sequence.
+  const int64_t sms = sm_count;
+  const int64_t chained_tile_len = storage_16bit ? 64 * 128 : 32 * 128;
+  const bool few_long = num_seqs < 2 * sms && seq_len >= 16384;
+  const bool many_tiles =
+      elem_bytes <= 4 && num_seqs < 64 * sms && seq_len >= (storage_16bit ? 4 : 2) * chained_tile_len;
+  if (few_long || many_tiles)
     return {KernelKind::kChained, {storage_16bit ? 64 : 32, 128, MemCode::kStaged, kFull}};
   // Short sequences, several to a warp (packed). H100, 13200 sequences, kernel
   // µs fwd / bwd of the aligned-rows kernels, one device call: fp32 4x256 from

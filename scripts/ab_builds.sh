@@ -6,6 +6,8 @@
 # Env: TIMES_ARGS (kernel_times.py arguments, default --lengths 22 24 26), BENCH_ARGS (if set,
 #      `python -m linrec.bench` with these arguments instead: whole calls replayed from a CUDA graph,
 #      e.g. BENCH_ARGS="--impls linrec --only 2^2"; several runs separated by ';'),
+#      SHAPE_ARGS (if set, scripts/shape_sweep.py with these arguments instead, e.g.
+#      SHAPE_ARGS="--min-log 40" for its layouts alone),
 #      TESTS (pytest -k run after the last variant's timing, on that build).
 set -uo pipefail
 out=$1; shift
@@ -22,7 +24,9 @@ for variant in "$@"; do
   (cd "$repo" && NVCC_APPEND_FLAGS="$flags" python3 -m pip install --no-build-isolation --no-deps . > "$log" 2>&1) ||
     { cp "$log" "$out/"; tail -30 "$log"; exit 1; }
   echo "== $name ($flags): built in $(( $(date +%s) - start )) s"
-  if [ -n "${BENCH_ARGS:-}" ]; then
+  if [ -n "${SHAPE_ARGS:-}" ]; then
+    (cd /tmp && python3 "$repo/scripts/shape_sweep.py" $SHAPE_ARGS) 2>&1 | tee "$out/times_$name.txt"
+  elif [ -n "${BENCH_ARGS:-}" ]; then
     : > "$out/times_$name.txt"
     IFS=';' read -ra bench_runs <<< "$BENCH_ARGS"
     for args in "${bench_runs[@]}"; do

@@ -4,9 +4,9 @@ The bench (python -m linrec.bench) times the issue's fixed cases. This sweep tim
 linrec.linrec (the shape rule, csrc/dispatch.h) on a grid of (sequences, length)
 shapes and a few layouts, beside torch.add (forward) and an elementwise product with
 autograd (forward+backward) on the same shape, in one process, from CUDA graphs with
-the inputs cycled past L2 (the bench's own timing). For unit-stride shapes the rule
-sends to one block per sequence, it also times the chained kernel with the rule's
-chained config, so that a better threshold shows. Prints a table; --json writes it.
+the inputs cycled past L2 (the bench's own timing). For unit-stride shapes of at least
+two chained tiles a sequence it also times the chained kernel with the rule's chained
+config (the same kernel where the rule picks it), so that a better threshold shows. Prints a table; --json writes it.
 
     python scripts/shape_sweep.py [--dtypes float32 bfloat16] [--seqs 1 8 ...] [--lengths 11 12 ...]
                                   [--min-log 21] [--max-log 26] [--no-layouts]
@@ -25,9 +25,10 @@ from linrec.impl.cuda import linrec_chained
 
 SEQS = [1, 8, 32, 66, 132, 264, 528, 1056]
 LOG_LENGTHS = [11, 12, 13, 14, 15, 16, 18, 20]
-# (name, shape, dim, slicing of the last dim): channel-last data with few channels, and a
-# strided view of every other element.
+# (name, shape, dim, slicing of the last dim): channel-last data (the bench's case, then fewer
+# channels), and a strided view of every other element.
 LAYOUTS = [
+    ("(8, 4096, 2048) dim=1", (8, 4096, 2048), 1, None),
     ("(1, 2^20, 16) dim=1", (1, 2**20, 16), 1, None),
     ("(4, 2^18, 64) dim=1", (4, 2**18, 64), 1, None),
     ("(32, 4096, 256) dim=1", (32, 4096, 256), 1, None),
@@ -115,8 +116,7 @@ def main(argv=None):
                 base = time_fn(base_fn, make_inputs, dim, backward, args.reps, l2_bytes)
                 rule = time_fn(linrec.linrec, make_inputs, dim, backward, args.reps, l2_bytes)
                 chained = None
-                rule_is_chained = x.numel() // seq_len < 2 * props.multi_processor_count and seq_len >= 16384
-                if contiguous_seqs and seq_len >= 2 * tile and not rule_is_chained:
+                if contiguous_seqs and seq_len >= 2 * tile:
                     cfg = chained_config(dtype)
                     chained = time_fn(lambda a, b, dim: linrec_chained(a, b, dim=dim, **cfg), make_inputs, dim, backward,
                                       args.reps, l2_bytes)

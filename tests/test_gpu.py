@@ -268,6 +268,16 @@ def test_channel_last_auto(dtype, reverse):
 
 
 
+@pytest.mark.parametrize("dtype,shape", [(torch.float32, (300, 8197)), (torch.bfloat16, (70, 32771))], ids=str)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_many_sequences_of_few_tiles_auto(dtype, shape, reverse):
+    """linrec.linrec on hundreds of sequences of a few chained tiles each (the rule's chained
+    kernel below 64 sequences a multiprocessor), the last tile of each partial."""
+    x, c = inputs(shape, dtype)
+    h0 = torch.randn(shape[0], device="cuda").to(dtype)
+    check_fwd_bwd(linrec.linrec, x, c, h0, reverse)
+
+
 @pytest.mark.parametrize("shape", [(300, 100), (100, 700), (40, 3000), (2, 40000)],
                          ids=["packed", "tile", "pipe", "chained"])
 @pytest.mark.parametrize("reverse", [False, True])

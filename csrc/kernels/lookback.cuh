@@ -296,8 +296,9 @@ __device__ __forceinline__ Acc look_back(TileStatus<Acc>* statuses, int64_t k, A
 // The per-thread variant of look_back, for kernels where every thread scans its
 // own V adjacent sequences (strided.cuh): the states before chunk k of them,
 // whose chunk statuses are statuses[j], statuses[stride + j], ... for sequence
-// j. Walks back one chunk at a time: those kernels keep only a few chunks of a
-// sequence in flight. The V first reads are issued together.
+// j. Reads the nearest chunk's status first (usually inclusive: chunks are
+// numbered chunk-major), then walks back a few chunks a step. The V first
+// reads are issued together.
 template <int V, typename Acc>
 __device__ __forceinline__ void look_back_thread(TileStatus<Acc>* statuses, int64_t stride, int64_t k,
                                                  const Acc (&total_y)[V], const Acc (&total_c)[V],
@@ -318,16 +319,38 @@ __device__ __forceinline__ void look_back_thread(TileStatus<Acc>* statuses, int6
 #pragma unroll
   for (int j = 0; j < V; ++j)
     if (first[j].flag != kInclusive) publish(&statuses[k * stride + j], kAggregate, total_y[j], total_c[j]);
+  // Past the nearest chunk the walk reads kWindow statuses a step. Chains of
+  // thousands of chunks (channel-last data with few channels and long T) keep
+  // many unresolved chunks between a chunk and the nearest inclusive one, and
+  // one status a round trip was the whole lag there. H100, µs fwd / fwd+bwd,
+  // windows of 1 / 4 / 8 (scripts/ab_builds.sh with scripts/shape_sweep.py, one
+  // device call): (1, 2^20, 16) over dim 1 fp32 164.9 / 146.5 / 167.2 and 393.9 /
+  // 343.9 / 382.9, bf16 237.2 / 188.6 / 270.0; (4, 2^18, 64) bf16 205.5 / 191.5 /
+  // 230.9; the bench's (8, 4096, 2048), whose chains are 32 chunks, within 1%.
+  constexpr int kWindow = 4;
 #pragma unroll
   for (int j = 0; j < V; ++j) {
     Acc known_y = Acc(0), known_c = Acc(1);  // the chunks between p and k: s -> known_c * s + known_y
-    StatusValue<Acc> s = first[j];
-    for (int64_t p = k - 1;; --p) {
-      if (p != k - 1) s = read_status<StatusRead::kLoad>(&statuses[p * stride + j]);
+    // Composes chunk p's status into `known`; true once it was inclusive.
+    auto compose = [&](StatusValue<Acc> s, int64_t p) {
       if (s.flag == kNotReady) s = wait_status<StatusRead::kLoad>(&statuses[p * stride + j]);
       known_y = known_c * s.y + known_y;
       known_c = known_c * s.c;
-      if (s.flag == kInclusive) break;
+      return s.flag == kInclusive;
+    };
+    if (!compose(first[j], k - 1)) {
+      for (int64_t end = k - 2;; end -= kWindow) {
+        StatusValue<Acc> w[kWindow];
+#pragma unroll
+        for (int i = 0; i < kWindow; ++i)
+          w[i] = end - i >= 0 ? read_status<StatusRead::kLoad>(&statuses[(end - i) * stride + j])
+                              : StatusValue<Acc>{kInclusive, Acc(0), Acc(0)};
+        bool done = false;
+#pragma unroll
+        for (int i = 0; i < kWindow; ++i)
+          if (!done) done = compose(w[i], end - i);
+        if (done) break;
+      }
     }
     // known_c is now 0: the state is known_y.
     publish(&statuses[k * stride + j], kInclusive, total_c[j] * known_y + total_y[j], Acc(0));
