@@ -7,7 +7,7 @@ kernel counted).
 
 Usage: python scripts/config_sweep.py packed  [--seqs 13200] [--lengths 4 5 6 7 8 9]
        python scripts/config_sweep.py tile    [--seqs 13200] [--lengths 9 10 11 12]  (and pipe)
-       python scripts/config_sweep.py chained [--shapes 1x22 1x24 4x22 1x26]
+       python scripts/config_sweep.py chained [--shapes 1x22 1x24 4x22 1x26] [--registers]
 """
 
 import argparse
@@ -25,9 +25,10 @@ KERNEL_NAMES = {"tile": "tile", "pipe": "tile", "chained": "chained", "packed": 
 STAGED = 3
 
 
-def configs(kernel):
+def configs(kernel, registers=False):
+    """The compiled configs to time: for chained the staged ones, unless `registers`."""
     cfgs = linrec.compiled_configs(kernel)
-    return [c for c in cfgs if c[2] == STAGED] if kernel == "chained" else cfgs
+    return [c for c in cfgs if c[2] == STAGED] if kernel == "chained" and not registers else cfgs
 
 
 def fits(kernel, length, e, t):
@@ -64,6 +65,7 @@ def main():
                         help="chained: SEQSxLOG2LEN")
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--cold", action="store_true", help="cycle the inputs past L2 (as the bench does)")
+    parser.add_argument("--registers", action="store_true", help="chained: the register-tile configs too")
     args = parser.parse_args()
     kid = KERNEL_IDS[args.kernel]
     if args.kernel != "chained":
@@ -80,7 +82,7 @@ def main():
             fwd_args, bwd_args = cycled([x, c], args.cold), cycled([dy, c, y], args.cold)
             add = kernel_us(lambda: torch.add(*fwd_args()), args.reps, "")
             row = [f"{str(dtype)[6:]:8s} {seqs} x {length}  add {add:6.1f}"]
-            for e, t, m, a in configs(args.kernel):
+            for e, t, m, a in configs(args.kernel, args.registers):
                 if not fits(args.kernel, length, e, t):
                     continue
                 fwd = kernel_us(lambda: torch.ops.linrec.linrec_fwd(*fwd_args(), None, -1, False, kid, e, t, m, a),
