@@ -226,8 +226,9 @@ __device__ __forceinline__ void prefetch_l2(const T* first, int64_t count) {
 }
 
 // Copies the tile at `start` of `seq` into `tile`: asynchronously when it is
-// unit-stride, 16-byte aligned and whole, else element by element (`fill` past
-// len). Wait for it with cp_async_wait, then a block barrier.
+// unit-stride, 16-byte aligned and whole, by one load when the stride is 0, else
+// element by element (`fill` past len). Wait for it with cp_async_wait, then a
+// block barrier.
 template <int E, int NT, typename T>
 __device__ __forceinline__ void stage_tile(unsigned char* tile, const T* seq, int64_t stride, int64_t start,
                                            int64_t len, T fill) {
@@ -239,6 +240,21 @@ __device__ __forceinline__ void stage_tile(unsigned char* tile, const T* seq, in
     for (int k = threadIdx.x; k < NT * kChunksPerRow; k += NT)
       cp_async<16>(tile + (k / kChunksPerRow) * staged_row_bytes<T, E>() + (k % kChunksPerRow) * 16,
                   seq + start + static_cast<int64_t>(k) * kChunk);
+  } else if (stride == 0) {
+    // One value along the whole sequence (coefficients broadcast over time, a
+    // d_outputs of ones from y.sum()): one load, then each thread fills its own
+    // row 16 bytes at a time, `fill` past len, rather than E loads and 2- or
+    // 4-byte stores a thread.
+    const T value = seq[0];
+    unsigned char* row = tile + threadIdx.x * staged_row_bytes<T, E>();
+#pragma unroll
+    for (int j = 0; j < kChunksPerRow; ++j) {
+      uint4 chunk;
+      T* v = reinterpret_cast<T*>(&chunk);
+#pragma unroll
+      for (int i = 0; i < kChunk; ++i) v[i] = start + threadIdx.x * E + j * kChunk + i < len ? value : fill;
+      reinterpret_cast<uint4*>(row)[j] = chunk;
+    }
   } else {
     for (int e = threadIdx.x; e < kTileLen; e += NT) {
       const int64_t pos = start + e;

@@ -25,14 +25,19 @@ from linrec.impl.cuda import linrec_chained
 
 SEQS = [1, 8, 32, 66, 132, 264, 528, 1056]
 LOG_LENGTHS = [11, 12, 13, 14, 15, 16, 18, 20]
-# (name, shape, dim, slicing of the last dim): channel-last data (the bench's case, then fewer
-# channels), and a strided view of every other element.
+# (name, shape, dim, slicing of the last dim, coefficients' shape): channel-last data (the
+# bench's case, then fewer channels), a strided view of every other element, and coefficients
+# broadcast over time (one a sequence or channel, as time-invariant decays are) or a scalar.
 LAYOUTS = [
-    ("(8, 4096, 2048) dim=1", (8, 4096, 2048), 1, None),
-    ("(1, 2^20, 16) dim=1", (1, 2**20, 16), 1, None),
-    ("(4, 2^18, 64) dim=1", (4, 2**18, 64), 1, None),
-    ("(32, 4096, 256) dim=1", (32, 4096, 256), 1, None),
-    ("(13200, 2048)[:, ::2]", (13200, 2048), -1, 2),
+    ("(8, 4096, 2048) dim=1", (8, 4096, 2048), 1, None, None),
+    ("(1, 2^20, 16) dim=1", (1, 2**20, 16), 1, None, None),
+    ("(4, 2^18, 64) dim=1", (4, 2**18, 64), 1, None, None),
+    ("(32, 4096, 256) dim=1", (32, 4096, 256), 1, None, None),
+    ("(13200, 2048)[:, ::2]", (13200, 2048), -1, 2, None),
+    ("(13200, 1024) c (13200, 1)", (13200, 1024), -1, None, (13200, 1)),
+    ("(1056, 2^15) c (1056, 1)", (1056, 2**15), -1, None, (1056, 1)),
+    ("(1, 2^24) c scalar", (1, 2**24), -1, None, (1, 1)),
+    ("(8, 4096, 2048) dim=1 c (2048,)", (8, 4096, 2048), 1, None, (2048,)),
 ]
 
 
@@ -75,7 +80,7 @@ def shape_cases(seq_counts, log_lengths, min_log, max_log, layouts):
         for log_len in log_lengths:
             n = seqs * 2**log_len
             if 2**min_log <= n <= 2**max_log:
-                yield f"{seqs} x 2^{log_len}", (seqs, 2**log_len), -1, None
+                yield f"{seqs} x 2^{log_len}", (seqs, 2**log_len), -1, None, None
     if layouts:
         yield from LAYOUTS
 
@@ -100,11 +105,11 @@ def main(argv=None):
           f"{'chained µs':>11}")
     rows = []
     for dtype in (getattr(torch, d) for d in args.dtypes):
-        for name, shape, dim, step in shape_cases(args.seqs, args.lengths, args.min_log, args.max_log,
+        for name, shape, dim, step, c_shape in shape_cases(args.seqs, args.lengths, args.min_log, args.max_log,
                                                       not args.no_layouts):
-            def make_inputs(shape=shape, step=step, dtype=dtype):
+            def make_inputs(shape=shape, step=step, c_shape=c_shape, dtype=dtype):
                 x = torch.randn(shape, device="cuda").to(dtype)
-                c = (torch.rand(shape, device="cuda") * 0.5 + 0.5).to(dtype)
+                c = (torch.rand(c_shape or shape, device="cuda") * 0.5 + 0.5).to(dtype)
                 return (x[..., ::step], c[..., ::step]) if step else (x, c)
 
             x, _ = make_inputs()

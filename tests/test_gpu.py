@@ -115,12 +115,13 @@ def test_every_config(kernel, config, dtype, reverse):
 
 @pytest.mark.parametrize("config", STAGED_CONFIGS, ids=[str(c) for c in STAGED_CONFIGS])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("layout", ["contiguous", "misaligned", "strided"])
+@pytest.mark.parametrize("layout", ["contiguous", "misaligned", "strided", "broadcast_coeffs"])
 @pytest.mark.parametrize("reverse", [False, True])
 def test_every_staged_chained_config(config, dtype, layout, reverse):
     """Chained tiles staged in shared memory: whole aligned tiles (copied
     asynchronously), a misaligned start and a strided view (copied element by
-    element), each with a partial last tile."""
+    element), and coefficients broadcast along the sequence (stride 0: one load a
+    tile), each with a partial last tile."""
     from linrec.impl import cuda
 
     length = 2 * config[0] * config[1] + 8  # rows stay 16-byte aligned; the third tile is partial
@@ -129,6 +130,8 @@ def test_every_staged_chained_config(config, dtype, layout, reverse):
         x, c = x[:, :length].contiguous(), c[:, :length].contiguous()
     elif layout == "misaligned":
         x, c = x[:, 1 : length + 1], c[:, 1 : length + 1]
+    elif layout == "broadcast_coeffs":
+        x, c = x[:, :length].contiguous(), c[:, :1].expand(-1, length)
     else:
         x, c = x[:, ::2], c[:, 1::2]
     h0 = torch.randn(5, device="cuda").to(dtype)
@@ -370,6 +373,28 @@ def test_long_sequences_16bit(dtype, reverse):
     c = torch.where(torch.rand(shape, device="cuda") < 0.9, 1.0, 1.0 - 2**-8).to(dtype)
     h0 = torch.randn(shape[0], device="cuda").to(dtype)
     check_long(linrec.linrec, x, c, h0, reverse, TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_sum_backward_chained(dtype, reverse):
+    """y.sum() hands the backward d_outputs of stride 0 (one value broadcast), which the
+    chained kernel stages with one load a tile; one coefficient a sequence (stride 0 too)."""
+    x = torch.randn(2, 40003, device="cuda").to(dtype)
+    c = (torch.rand(2, 1, device="cuda") * 0.5 + 0.5).to(dtype)
+    leaves = [x.clone().requires_grad_(), c.clone().requires_grad_()]
+    y = linrec.linrec(*leaves, reverse)
+    poison(6 * x.numel() * x.element_size())
+    dx, dc = torch.autograd.grad(y.sum(), leaves)
+    c_full = c.expand_as(x)
+    assert rel_error(y, reference_chunked(x, c_full, reverse)) < TOL[dtype]
+    # d_inputs: the reverse recurrence of ones with the coefficients one step later.
+    zero = torch.zeros_like(x[:, :1])
+    c_next = torch.cat([zero, c_full[:, :-1]], 1) if reverse else torch.cat([c_full[:, 1:], zero], 1)
+    dx_ref = reference_chunked(torch.ones_like(x), c_next, not reverse)
+    assert rel_error(dx, dx_ref) < TOL[dtype]
+    y_prev = torch.cat([y[:, 1:], zero], 1) if reverse else torch.cat([zero, y[:, :-1]], 1)
+    assert rel_error(dc, (dx_ref * y_prev.double()).sum(1, keepdim=True)) < TOL[dtype]
 
 
 def test_more_than_2_31_elements():

@@ -137,17 +137,16 @@ template <int kTileLen, typename Params, typename Block>
 __device__ __forceinline__ void prefetch_later_tile(const Params& p, const Block& b) {
   const auto& es = p.index.elem_strides;
   const int64_t later = static_cast<int64_t>(blockIdx.x) + p.chain_lead.prefetch_ahead;
-  if (threadIdx.x != 0 || p.chain_lead.prefetch_ahead == 0 || later >= gridDim.x || es[Block::kV] != 1 ||
-      es[Block::kC] != 1)
-    return;
+  if (threadIdx.x != 0 || p.chain_lead.prefetch_ahead == 0 || later >= gridDim.x) return;
   const TileOrder tiles = tile_order<kTileLen, false>(p.seq_len, b.rev);
   int64_t off[kNumFwdSlots];
   p.index.offsets(later / tiles.num_tiles, off);
   const int64_t start = tiles.start(later % tiles.num_tiles);
   const int64_t count = (start + kTileLen < b.len ? start + kTileLen : b.len) - start;
-  // The tensors' bases, from this tile's sequence offsets.
-  prefetch_l2(b.values - b.off[Block::kV] + off[Block::kV] + start, count);
-  prefetch_l2(b.c - b.off[Block::kC] + off[Block::kC] + start, count);
+  // The tensors' bases, from this tile's sequence offsets; unit-stride tensors only (a
+  // broadcast one, stride 0, is one value).
+  if (es[Block::kV] == 1) prefetch_l2(b.values - b.off[Block::kV] + off[Block::kV] + start, count);
+  if (es[Block::kC] == 1) prefetch_l2(b.c - b.off[Block::kC] + off[Block::kC] + start, count);
 }
 
 // Forward and fused backward in one kernel: they differ only in the tensors
