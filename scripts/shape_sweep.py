@@ -26,13 +26,14 @@ from linrec.impl.cuda import linrec_chained
 SEQS = [1, 8, 32, 66, 132, 264, 528, 1056]
 LOG_LENGTHS = [11, 12, 13, 14, 15, 16, 18, 20]
 # (name, shape, dim, slicing of the last dim, coefficients' shape): channel-last data (the
-# bench's case, then fewer channels), a strided view of every other element, and coefficients
+# bench's case, fewer channels, heads), a strided view of every other element, and coefficients
 # broadcast over time (one a sequence or channel, as time-invariant decays are) or a scalar.
 LAYOUTS = [
     ("(8, 4096, 2048) dim=1", (8, 4096, 2048), 1, None, None),
     ("(1, 2^20, 16) dim=1", (1, 2**20, 16), 1, None, None),
     ("(4, 2^18, 64) dim=1", (4, 2**18, 64), 1, None, None),
     ("(32, 4096, 256) dim=1", (32, 4096, 256), 1, None, None),
+    ("(4, 16, 4096, 64) dim=2", (4, 16, 4096, 64), 2, None, None),
     ("(13200, 2048)[:, ::2]", (13200, 2048), -1, 2, None),
     ("(13200, 1024) c (13200, 1)", (13200, 1024), -1, None, (13200, 1)),
     ("(1056, 2^15) c (1056, 1)", (1056, 2**15), -1, None, (1056, 1)),
