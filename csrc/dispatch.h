@@ -138,15 +138,15 @@ inline KernelChoice select_config(int64_t seq_len, int64_t num_seqs, bool seqs_i
   // Neighbouring sequences nearer in memory than a sequence's own neighbouring
   // elements (channel-last data scanned over T; seqs_interleaved in ops.cpp):
   // lanes on neighbouring channels, time cut into chunks chained by look-back.
+  // H100, (4096, 16384) over dim 0, GB/s forward / backward, one device call:
+  // slices staged in shared memory, 16x256: fp32 2829 / 2824, bf16 (two
+  // channels a lane) 2686 / 2763; in registers at best fp32 2856 / 2848 (two
+  // configs), bf16 1312 / 1705 (8x128). Short sequences keep the short chunk.
   // A sequence strided along its length but still nearest itself (x[:, ::2])
   // takes the per-sequence kernels below, which read along it with its stride:
   // H100, (13200, 2048)[:, ::2], µs fwd / fwd+bwd, fp32 454.7 / 571.9 on the
   // strided kernel -> 90.6 / 207.9 (torch.add 89.9), bf16 316.1 / 376.0 -> 63.4 /
   // 126.0 (scripts/shape_sweep.py).
-  // H100, (4096, 16384) over dim 0, GB/s forward / backward, one device call:
-  // slices staged in shared memory, 16x256: fp32 2829 / 2824, bf16 (two
-  // channels a lane) 2686 / 2763; in registers at best fp32 2856 / 2848 (two
-  // configs), bf16 1312 / 1705 (8x128). Short sequences keep the short chunk.
   if (seqs_interleaved) {
     if (seq_len < 256) return {KernelKind::kStrided, {8, 128, MemCode::kDirect, kFull}};
     return {KernelKind::kStrided, {16, 256, MemCode::kStaged, kFull}};

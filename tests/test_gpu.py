@@ -270,7 +270,6 @@ def test_channel_last_auto(dtype, reverse):
     check_fwd_bwd(linrec.linrec, x, c, h0, reverse, dim=1)
 
 
-
 @pytest.mark.parametrize("dtype,shape", [(torch.float32, (300, 8197)), (torch.bfloat16, (70, 32771))], ids=str)
 @pytest.mark.parametrize("reverse", [False, True])
 def test_many_sequences_of_few_tiles_auto(dtype, shape, reverse):
@@ -293,6 +292,7 @@ def test_every_other_element_auto(shape, dtype, reverse):
     x, c = x[:, ::2], c[:, 1::2]
     h0 = torch.randn(shape[0], device="cuda").to(dtype)
     check_fwd_bwd(linrec.linrec, x, c, h0, reverse)
+
 
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
