@@ -6,7 +6,9 @@ shapes and a few layouts, beside torch.add (forward) and an elementwise product 
 autograd (forward+backward) on the same shape, in one process, from CUDA graphs with
 the inputs cycled past L2 (the bench's own timing). For unit-stride shapes of at least
 two chained tiles a sequence it also times the chained kernel with the rule's chained
-config (the same kernel where the rule picks it), so that a better threshold shows. Prints a table; --json writes it.
+config (the same kernel where the rule picks it), so that a better threshold shows.
+Prints a table (its /copy column counts three or eight full-size tensors, broadcast
+coefficients too); --json writes it.
 
     python scripts/shape_sweep.py [--dtypes float32 bfloat16] [--seqs 1 8 ...] [--lengths 11 12 ...]
                                   [--min-log 21] [--max-log 26] [--no-layouts]
@@ -15,6 +17,8 @@ config (the same kernel where the rule picks it), so that a better threshold sho
 from __future__ import annotations
 
 import argparse
+import collections
+import itertools
 import json
 
 import torch
@@ -56,19 +60,17 @@ def time_fn(fn, make_inputs, dim, backward, reps, l2_bytes):
     sets = [(x, c)] + [make_inputs() for _ in range(max(1, -(-2 * l2_bytes // traffic)) - 1)]
     if backward:
         sets = [(a.detach().requires_grad_(), b.detach().requires_grad_(), torch.randn_like(a)) for a, b in sets]
-    held, i = [], [0]
+    turn = itertools.cycle(sets)
+    # Each call's results stay alive until the cycle returns to its inputs (as in the bench).
+    held = collections.deque(maxlen=len(sets))
 
     def step():
-        s = sets[i[0] % len(sets)]
-        i[0] += 1
         if backward:
-            a, b, dy = s
-            out = torch.autograd.grad(fn(a, b, dim=dim), (a, b), dy)
+            a, b, dy = next(turn)
+            held.append(torch.autograd.grad(fn(a, b, dim=dim), (a, b), dy))
         else:
-            out = fn(s[0], s[1], dim=dim)
-        held.append(out)
-        if len(held) > len(sets):
-            held.pop(0)
+            a, b = next(turn)
+            held.append(fn(a, b, dim=dim))
 
     inner = len(sets) * -(-10 // len(sets))
     ms = device_ms(step, reps=reps, inner=inner)
@@ -102,12 +104,12 @@ def main(argv=None):
     l2_bytes = props.L2_cache_size
     copy = copy_bandwidth_gbs()
     print(f"device: {torch.cuda.get_device_name()}, copy {copy:.0f} GB/s")
-    print(f"{'case':<24}{'dtype':<10}{'pass':<8}{'base µs':>9}{'rule µs':>9}{'rule/base':>10}{'/copy':>7}"
+    print(f"{'case':<32}{'dtype':<10}{'pass':<8}{'base µs':>9}{'rule µs':>9}{'rule/base':>10}{'/copy':>7}"
           f"{'chained µs':>11}")
     rows = []
     for dtype in (getattr(torch, d) for d in args.dtypes):
-        for name, shape, dim, step, c_shape in shape_cases(args.seqs, args.lengths, args.min_log, args.max_log,
-                                                      not args.no_layouts):
+        cases = shape_cases(args.seqs, args.lengths, args.min_log, args.max_log, not args.no_layouts)
+        for name, shape, dim, step, c_shape in cases:
             def make_inputs(shape=shape, step=step, c_shape=c_shape, dtype=dtype):
                 x = torch.randn(shape, device="cuda").to(dtype)
                 c = (torch.rand(c_shape or shape, device="cuda") * 0.5 + 0.5).to(dtype)
@@ -124,15 +126,15 @@ def main(argv=None):
                 chained = None
                 if contiguous_seqs and seq_len >= 2 * tile:
                     cfg = chained_config(dtype)
-                    chained = time_fn(lambda a, b, dim: linrec_chained(a, b, dim=dim, **cfg), make_inputs, dim, backward,
-                                      args.reps, l2_bytes)
+                    chained_fn = lambda a, b, dim: linrec_chained(a, b, dim=dim, **cfg)  # noqa: E731
+                    chained = time_fn(chained_fn, make_inputs, dim, backward, args.reps, l2_bytes)
                 nbytes = (8 if backward else 3) * x.numel() * x.element_size()
                 row = dict(case=name, dtype=str(dtype).removeprefix("torch."), backward=backward,
                            base_us=base * 1e3, rule_us=rule * 1e3, frac=nbytes / rule / 1e6 / copy,
                            chained_us=None if chained is None else chained * 1e3)
                 rows.append(row)
                 ch = f"{row['chained_us']:>11.1f}" if chained is not None else f"{'':>11}"
-                print(f"{name:<24}{row['dtype']:<10}{'fwd+bwd' if backward else 'fwd':<8}{row['base_us']:>9.1f}"
+                print(f"{name:<32}{row['dtype']:<10}{'fwd+bwd' if backward else 'fwd':<8}{row['base_us']:>9.1f}"
                       f"{row['rule_us']:>9.1f}{rule / base:>10.2f}{row['frac']:>7.2f}{ch}", flush=True)
             del x
     if args.json:
