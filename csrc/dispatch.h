@@ -174,12 +174,11 @@ inline KernelChoice select_config(int64_t seq_len, int64_t num_seqs, bool seqs_i
   // even or slower (2112 x 2^14 forward 72.3 / 73.6). The bench's 13200
   // sequences stay on one block per sequence.
   const int64_t sms = sm_count;
-  const int64_t chained_tile_len = storage_16bit ? 64 * 128 : 32 * 128;
+  const TileConfig chained{storage_16bit ? 64 : 32, 128, MemCode::kStaged, kFull};
   const bool few_long = num_seqs < 2 * sms && seq_len >= 16384;
   const bool many_tiles =
-      elem_bytes <= 4 && num_seqs < 64 * sms && seq_len >= (storage_16bit ? 4 : 2) * chained_tile_len;
-  if (few_long || many_tiles)
-    return {KernelKind::kChained, {storage_16bit ? 64 : 32, 128, MemCode::kStaged, kFull}};
+      elem_bytes <= 4 && num_seqs < 64 * sms && seq_len >= (storage_16bit ? 4 : 2) * chained.tile_len();
+  if (few_long || many_tiles) return {KernelKind::kChained, chained};
   // Short sequences, several to a warp (packed). H100, 13200 sequences, kernel
   // µs fwd / bwd of the aligned-rows kernels, one device call: fp32 4x256 from
   // 16 to 128 (L = 64: 2.5 / 3.6 against 8x128's 2.7 / 3.6; L = 128: 3.8 / 7.4

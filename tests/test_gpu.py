@@ -285,9 +285,9 @@ def test_many_sequences_of_few_tiles_auto(dtype, shape, reverse):
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_every_other_element_auto(shape, dtype, reverse):
-    """linrec.linrec on views of every other element (x[:, ::2]): a sequence's elements are
-    still nearer each other than the next sequence, so the rule picks a per-sequence kernel
-    (the ids name fp32's) reading with stride 2, not the strided kernel."""
+    """linrec.linrec on views of every other element (x[:, ::2]), against the float64
+    reference: shapes for each per-sequence kernel the rule now picks for such views (the
+    ids name fp32's picks), each reading with stride 2."""
     x, c = inputs((shape[0], 2 * shape[1]), dtype)
     x, c = x[:, ::2], c[:, 1::2]
     h0 = torch.randn(shape[0], device="cuda").to(dtype)
