@@ -30,11 +30,14 @@ from linrec.impl.cuda import linrec_chained
 SEQS = [1, 8, 32, 66, 132, 264, 528, 1056]
 LOG_LENGTHS = [11, 12, 13, 14, 15, 16, 18, 20]
 # (name, shape, dim, slicing of the last dim, coefficients' shape): channel-last data (the
-# bench's case, fewer channels, heads), a strided view of every other element, and coefficients
-# broadcast over time (one a sequence or channel, as time-invariant decays are) or a scalar.
+# bench's case, fewer channels than a warp's lanes, heads), a strided view of every other
+# element, and coefficients broadcast over time (one a sequence or channel, as time-invariant
+# decays are) or a scalar.
 LAYOUTS = [
     ("(8, 4096, 2048) dim=1", (8, 4096, 2048), 1, None, None),
     ("(1, 2^20, 16) dim=1", (1, 2**20, 16), 1, None, None),
+    ("(1, 2^22, 4) dim=1", (1, 2**22, 4), 1, None, None),
+    ("(2, 2^19, 16) dim=1", (2, 2**19, 16), 1, None, None),
     ("(4, 2^18, 64) dim=1", (4, 2**18, 64), 1, None, None),
     ("(32, 4096, 256) dim=1", (32, 4096, 256), 1, None, None),
     ("(4, 16, 4096, 64) dim=2", (4, 16, 4096, 64), 2, None, None),

@@ -207,6 +207,26 @@ def test_strided_16bit_broadcast_coeffs(reverse):
     check_fwd_bwd(cuda.linrec_strided, x, c, h0, reverse, dim=1)
 
 
+FEW_CHANNEL_SHAPES = [(1, 1), (1, 3), (1, 6), (1, 16), (2, 4), (3, 10)]
+
+
+@pytest.mark.parametrize("config", STRIDED_CONFIGS, ids=[str(c) for c in STRIDED_CONFIGS])
+@pytest.mark.parametrize("batch,channels", FEW_CHANNEL_SHAPES, ids=[f"{b}x{d}" for b, d in FEW_CHANNEL_SHAPES])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_strided_few_channels(config, batch, channels, dtype, reverse):
+    """Channel-last (B, T, D) over T with fewer sequences than a warp's lanes take: the lanes
+    split into groups over consecutive slices of time (from 32 slices a warp for one channel
+    to 2 for 30 bf16 channels), several chunks, the last partial."""
+    from linrec.impl import cuda
+
+    length = 2 * config[0] * config[1] + 5  # at least two chunks at any split
+    x, c = inputs((batch, length, channels), dtype)
+    h0 = torch.randn(batch, channels, device="cuda").to(dtype)
+    fn = cuda.linrec_strided
+    check_fwd_bwd(lambda *a, **k: fn(*a, **k, **config_kwargs(config)), x, c, h0, reverse, dim=1)
+
+
 VECTOR_CONFIGS = [c for c in CONFIGS if c[2] == 1]
 
 
@@ -267,6 +287,16 @@ def test_channel_last_auto(dtype, reverse):
     """linrec.linrec on contiguous (B, T, D) over dim=1 (the strided kernel), many chunks."""
     x, c = inputs((2, 5003, 300), dtype)
     h0 = torch.randn(2, 300, device="cuda").to(dtype)
+    check_fwd_bwd(linrec.linrec, x, c, h0, reverse, dim=1)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_channel_last_few_channels_auto(dtype, reverse):
+    """linrec.linrec on one batch of 16 channels over a long T (lanes split over slices of
+    time), hundreds of chunks."""
+    x, c = inputs((1, 70001, 16), dtype)
+    h0 = torch.randn(1, 16, device="cuda").to(dtype)
     check_fwd_bwd(linrec.linrec, x, c, h0, reverse, dim=1)
 
 

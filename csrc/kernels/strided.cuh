@@ -4,15 +4,18 @@
 // Lanes run across sequences: the 32 lanes of a warp take 32 consecutive
 // sequences (channels), or 64 with two to a lane for 16-bit storage, so each
 // time step of a warp is one 128-byte row when the channels are contiguous.
-// Time is cut into chunks of W * E steps, and the W warps of a block split a
-// chunk into slices of E steps, each thread walking its own channels through
-// its slice:
+// With fewer sequences than that, G lanes (a power of two) cover them and the
+// warp's 32 / G lane groups take consecutive slices of time instead
+// (strided_layout), so no lane idles. Time is cut into chunks of W * S * E
+// steps, and the W warps of a block, S lane groups each, split a chunk into
+// slices of E steps, each thread walking its own channels through its slice:
 //   1. every thread loads its E steps and folds them into one transform
-//      s -> c * s + y (the slice's total);
-//   2. warp 0 composes the W slices of each channel into the chunk's total and
-//      finds the state before the chunk by a per-thread decoupled look-back
-//      over the chunks before it (lookback.cuh), publishing its own;
-//   3. it hands every slice its entering state through shared memory, and each
+//      s -> c * s + y (the slice's total); a warp composes its S slices;
+//   2. warp 0 composes the W warps' totals of each channel into the chunk's
+//      total and finds the state before the chunk by a per-thread decoupled
+//      look-back over the chunks before it (lookback.cuh), publishing its own;
+//   3. it hands every warp its entering state through shared memory, each
+//      slice composes that with the slices before it in its warp, and each
 //      thread rescans its E steps and stores them.
 // A thread holds its E steps in registers (strided_kernel, MemCode::kDirect) or
 // in shared memory (strided_staged_kernel, MemCode::kStaged), where they cost
@@ -25,6 +28,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -50,7 +54,7 @@ constexpr int kStridedMaxChannelsPerLane = 2;
 
 template <typename Acc, int V>
 struct StridedStorage {
-  Acc slice_y[kStridedMaxWarps][kWarpSize * V];  // each slice's total transform, then its entering state
+  Acc slice_y[kStridedMaxWarps][kWarpSize * V];  // each warp's total transform, then its entering state
   Acc slice_c[kStridedMaxWarps][kWarpSize * V];
 };
 
@@ -75,15 +79,31 @@ __device__ __forceinline__ void store_channels(T* at, const Acc (&src)[V]) {
   *reinterpret_cast<ChannelVec<T, V>*>(at) = w;
 }
 
-// Which chunk of which group of 32 * V sequences a block scans, and the layout of its statuses.
-struct StridedWork {
-  int64_t chunk, group, padded_seqs, num_chunks;
+// How a launch splits sequences and time. A warp's lanes take G = channel_lanes
+// lanes of V channels across a time step, the fewest (a power of two) that
+// cover the sequences, up to 32; its S = 32 / G lane groups take consecutive
+// slices of E steps. With 16 bf16 channels and one batch, 8 lanes of channel
+// pairs and 4 slices a warp, where one slice a warp left 24 lanes idle.
+struct StridedLayout {
+  int channel_lanes, slices_per_warp;
+  int64_t group_seqs;  // G * V: the sequences a block scans
+  int64_t chunk_len;   // W * S * E: the steps a block scans
+  int64_t groups, num_chunks;
+  // Statuses of consecutive chunks of one sequence lie this far apart.
+  __host__ __device__ int64_t padded_seqs() const { return groups * group_seqs; }
 };
 
-template <int64_t kChunkLen, int kGroup>
-__host__ __device__ __forceinline__ StridedWork strided_shape(int64_t num_seqs, int64_t seq_len) {
-  const int64_t groups = (num_seqs + kGroup - 1) / kGroup;
-  return {0, 0, groups * kGroup, (seq_len + kChunkLen - 1) / kChunkLen};
+__host__ __device__ __forceinline__ StridedLayout strided_layout(int64_t num_seqs, int64_t seq_len, int warps,
+                                                                 int elems_per_thread, int V) {
+  StridedLayout l;
+  l.channel_lanes = kWarpSize;
+  while (l.channel_lanes > 1 && static_cast<int64_t>(l.channel_lanes / 2) * V >= num_seqs) l.channel_lanes /= 2;
+  l.slices_per_warp = kWarpSize / l.channel_lanes;
+  l.group_seqs = static_cast<int64_t>(l.channel_lanes) * V;
+  l.chunk_len = static_cast<int64_t>(warps) * l.slices_per_warp * elems_per_thread;
+  l.groups = (num_seqs + l.group_seqs - 1) / l.group_seqs;
+  l.num_chunks = (seq_len + l.chunk_len - 1) / l.chunk_len;
+  return l;
 }
 
 // One thread's place in a strided launch: its block's chunk, its V sequences and
@@ -91,15 +111,15 @@ __host__ __device__ __forceinline__ StridedWork strided_shape(int64_t num_seqs, 
 template <int E, int NT, int V, bool kBackward>
 struct StridedThread {
   static constexpr int W = NT / kWarpSize;
-  static constexpr int kGroup = kWarpSize * V;
-  static constexpr int64_t kChunkLen = static_cast<int64_t>(W) * E;
-  static constexpr int kSlots = kBackward ? kNumBwdSlots : kNumFwdSlots;
+  static constexpr int kSlots = kBackward ? int(kNumBwdSlots) : int(kNumFwdSlots);
   // The scanned values (inputs, or for the backward d_outputs), the coefficients and the initial state.
   static constexpr int kV = kBackward ? int(kBwdDOutputs) : int(kFwdInputs);
   static constexpr int kC = kBackward ? int(kBwdCoeffs) : int(kFwdCoeffs);
   static constexpr int kInitial = kBackward ? int(kBwdInitial) : int(kFwdInitial);
 
-  StridedWork work;
+  StridedLayout layout;
+  int64_t chunk, group;  // the block's chunk of time and group of sequences
+  int channel_lane;      // the lane's place across the channels, < layout.channel_lanes
   int64_t n;  // the lane's first sequence; with V = 2 the host made sure num_seqs is even
   bool active;
   int64_t off[V][kSlots];  // the offsets of each of the lane's sequences
@@ -115,26 +135,28 @@ __device__ __forceinline__ StridedThread<E, NT, V, kBackward> strided_thread(con
   using Thread = StridedThread<E, NT, V, kBackward>;
   Thread t;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  t.work = strided_shape<Thread::kChunkLen, Thread::kGroup>(p.num_seqs, p.seq_len);
-  const int64_t groups = t.work.padded_seqs / Thread::kGroup;
+  t.layout = strided_layout(p.num_seqs, p.seq_len, Thread::W, E, V);
   const int64_t number = next_tile_number(p.chain_workspace);
-  t.work.chunk = number / groups;
-  t.work.group = number % groups;
-  t.n = t.work.group * Thread::kGroup + lane * V;
+  t.chunk = number / t.layout.groups;
+  t.group = number % t.layout.groups;
+  t.channel_lane = lane % t.layout.channel_lanes;
+  const int slice = warp * t.layout.slices_per_warp + lane / t.layout.channel_lanes;
+  t.n = t.group * t.layout.group_seqs + t.channel_lane * V;
   t.active = t.n < p.num_seqs;
 #pragma unroll
   for (int j = 0; j < V; ++j) p.index.template offsets</*kOneDimFastPath=*/false>(t.active ? t.n + j : 0, t.off[j]);
   t.len = p.seq_len;
-  t.first_q = t.work.chunk * Thread::kChunkLen + static_cast<int64_t>(warp) * E;
+  t.first_q = t.chunk * t.layout.chunk_len + static_cast<int64_t>(slice) * E;
   t.rev = kBackward ? !p.reverse : p.reverse;
   return t;
 }
 
-// Steps 2 and 3 for warp 0: look back, then write every slice's entering state
-// over its total. `initial` is the state before each of the lane's sequences.
+// Step 2 for warp 0's first G lanes, one lane's channels each: look back, then
+// write every warp's entering state over its total. `initial` is the state
+// before each of the lane's sequences.
 template <int W, int V, typename Acc>
-__device__ __forceinline__ void resolve_slices(StridedStorage<Acc, V>& st, TileStatus<Acc>* statuses,
-                                               const StridedWork& work, const Acc (&initial)[V], bool active) {
+__device__ __forceinline__ void resolve_warps(StridedStorage<Acc, V>& st, TileStatus<Acc>* statuses,
+                                              const StridedLayout& layout, int64_t chunk, const Acc (&initial)[V]) {
   const int lane = threadIdx.x % kWarpSize;
   Acc total_y[V], total_c[V], state[V];
 #pragma unroll
@@ -148,8 +170,7 @@ __device__ __forceinline__ void resolve_slices(StridedStorage<Acc, V>& st, TileS
       total_c[j] = st.slice_c[w][ch] * total_c[j];
     }
   }
-  if (!active) return;
-  look_back_thread<V>(statuses, work.padded_seqs, work.chunk, total_y, total_c, initial, state);
+  look_back_thread<V>(statuses, layout.padded_seqs(), chunk, total_y, total_c, initial, state);
 #pragma unroll
   for (int j = 0; j < V; ++j) {
     const int ch = lane * V + j;
@@ -162,20 +183,45 @@ __device__ __forceinline__ void resolve_slices(StridedStorage<Acc, V>& st, TileS
   }
 }
 
-// Steps 1 (its end) and 2 for the whole block: publishes each thread's slice
-// totals, then warp 0 looks back and leaves every slice's entering state in
-// st.slice_y. Returns in `initial` the state before each of the lane's
-// sequences, in the forward direction.
+// Steps 1 (its end) and 2 for the whole block: composes each warp's slices,
+// lets warp 0 look back, and returns in `state` the state entering the thread's
+// slice and in `initial` the state before each of the lane's sequences, in the
+// forward direction.
 template <typename T, int E, int NT, int V, bool kBackward, typename Params, typename Acc>
 __device__ __forceinline__ void resolve_chunk(StridedStorage<Acc, V>& st, const Params& p,
                                               const StridedThread<E, NT, V, kBackward>& t, const Acc (&slice_y)[V],
-                                              const Acc (&slice_c)[V], Acc (&initial)[V]) {
+                                              const Acc (&slice_c)[V], Acc (&initial)[V], Acc (&state)[V]) {
   using Thread = StridedThread<E, NT, V, kBackward>;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int lanes = t.layout.channel_lanes;
+  // The warp's S slices of a channel lie `lanes` lanes apart, in time order: an
+  // inclusive scan over them leaves the warp's total in its last lane group,
+  // and the slices before each lane's (ex_y, ex_c) one group down.
+  Acc in_y[V], in_c[V], ex_y[V], ex_c[V];
 #pragma unroll
-  for (int j = 0; j < V; ++j) {
-    st.slice_y[warp][lane * V + j] = slice_y[j];
-    st.slice_c[warp][lane * V + j] = slice_c[j];
+  for (int j = 0; j < V; ++j) in_y[j] = slice_y[j], in_c[j] = slice_c[j], ex_y[j] = Acc(0), ex_c[j] = Acc(1);
+  if (lanes < kWarpSize) {
+    for (int delta = lanes; delta < kWarpSize; delta *= 2) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const Acc prev_y = __shfl_up_sync(kFullMask, in_y[j], delta);
+        const Acc prev_c = __shfl_up_sync(kFullMask, in_c[j], delta);
+        if (lane >= delta) in_y[j] = in_c[j] * prev_y + in_y[j], in_c[j] = in_c[j] * prev_c;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const Acc prev_y = __shfl_up_sync(kFullMask, in_y[j], lanes);
+      const Acc prev_c = __shfl_up_sync(kFullMask, in_c[j], lanes);
+      if (lane >= lanes) ex_y[j] = prev_y, ex_c[j] = prev_c;
+    }
+  }
+  if (lane >= kWarpSize - lanes) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      st.slice_y[warp][t.channel_lane * V + j] = in_y[j];
+      st.slice_c[warp][t.channel_lane * V + j] = in_c[j];
+    }
   }
   __syncthreads();
 #pragma unroll
@@ -183,14 +229,16 @@ __device__ __forceinline__ void resolve_chunk(StridedStorage<Acc, V>& st, const 
     initial[j] = p.initial && t.active
                      ? to_acc<Acc>(static_cast<const T*>(p.initial)[t.off[j][Thread::kInitial]])
                      : Acc(0);
-  if (warp == 0) {
+  if (warp == 0 && lane < lanes && t.active) {
     TileStatus<Acc>* statuses = ChainWorkspaceLayout::statuses<Acc>(p.chain_workspace) + t.n;
     Acc scan_initial[V];
 #pragma unroll
     for (int j = 0; j < V; ++j) scan_initial[j] = kBackward ? Acc(0) : initial[j];
-    resolve_slices<Thread::W>(st, statuses, t.work, scan_initial, t.active);
+    resolve_warps<Thread::W>(st, statuses, t.layout, t.chunk, scan_initial);
   }
   __syncthreads();
+#pragma unroll
+  for (int j = 0; j < V; ++j) state[j] = ex_c[j] * st.slice_y[warp][t.channel_lane * V + j] + ex_y[j];
 }
 
 // The slice held in registers (MemCode::kDirect).
@@ -236,18 +284,14 @@ __global__ void __launch_bounds__(NT) strided_kernel(const Params p) {
   }
 
   // Step 2.
-  Acc initial[V];
-  resolve_chunk<T>(st, p, t, slice_y, slice_c, initial);
+  Acc initial[V], state[V];
+  resolve_chunk<T>(st, p, t, slice_y, slice_c, initial, state);
 
   // Step 3. With 16-bit storage the slice is loaded again (an L2 hit: it was
   // loaded microseconds before) rather than held through the look-back. H100,
   // (4096, 16384) bf16 8x128: 1202 -> 1320 GB/s forward, 1397 -> 1722 backward;
   // float32 loses (16x128: 2818 -> 1803 forward), so it keeps its registers.
   if constexpr (sizeof(T) == 2) load_slice(v, a);
-  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  Acc state[V];
-#pragma unroll
-  for (int j = 0; j < V; ++j) state[j] = st.slice_y[warp][lane * V + j];
 #pragma unroll
   for (int i = 0; i < E; ++i) {
 #pragma unroll
@@ -403,15 +447,11 @@ __global__ void __launch_bounds__(NT) strided_staged_kernel(const Params p) {
   }
 
   // Step 2.
-  Acc initial[V];
-  resolve_chunk<T>(st, p, t, slice_y, slice_c, initial);
+  Acc initial[V], state[V];
+  resolve_chunk<T>(st, p, t, slice_y, slice_c, initial, state);
 
   // Step 3: rescan, storing each step as it comes.
   if (!t.active) return;
-  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  Acc state[V];
-#pragma unroll
-  for (int j = 0; j < V; ++j) state[j] = st.slice_y[warp][lane * V + j];
   // The slice's steps inside the sequence (none for a slice past its end).
   const int steps = static_cast<int>(t.len - t.first_q < E ? t.len - t.first_q : E);
   if constexpr (!kBackward) {
@@ -505,21 +545,25 @@ bool strided_pairs_channels(const Params& p) {
   }
 }
 
-// Bytes of the strided kernels' workspace (cleared by the launch): a chunk counter and one status
-// per (chunk, sequence), sequences padded to a whole group of either width.
+// Bytes of the strided kernels' workspace (cleared by the launch): a chunk
+// counter and one status per (chunk, sequence), sequences padded to a whole
+// group, for either lane width (the launch picks it from the strides).
 template <typename T>
 int64_t strided_workspace_bytes(int64_t num_seqs, int64_t seq_len, const TileConfig& config) {
-  constexpr int64_t kMaxGroup = kWarpSize * kStridedMaxChannelsPerLane;
-  const int64_t chunk_len = config.tile_len() / kWarpSize;
-  const int64_t padded_seqs = (num_seqs + kMaxGroup - 1) / kMaxGroup * kMaxGroup;
-  return ChainWorkspaceLayout::bytes<acc_t<T>>(padded_seqs * ((seq_len + chunk_len - 1) / chunk_len));
+  int64_t statuses = 0;
+  for (int v = 1; v <= (sizeof(T) == 2 ? kStridedMaxChannelsPerLane : 1); ++v) {
+    const StridedLayout l =
+        strided_layout(num_seqs, seq_len, config.threads_per_block / kWarpSize, config.elems_per_thread, v);
+    statuses = std::max(statuses, l.padded_seqs() * l.num_chunks);
+  }
+  return ChainWorkspaceLayout::bytes<acc_t<T>>(statuses);
 }
 
 template <typename T, TileConfig C, int V, bool kBackward, typename Params>
 void launch_strided_with(const Params& p, cudaStream_t stream, const std::string& name) {
-  constexpr int64_t kChunkLen = static_cast<int64_t>(C.threads_per_block / kWarpSize) * C.elems_per_thread;
-  const StridedWork shape = strided_shape<kChunkLen, kWarpSize * V>(p.num_seqs, p.seq_len);
-  const int64_t blocks = shape.padded_seqs / (kWarpSize * V) * shape.num_chunks;
+  const StridedLayout layout =
+      strided_layout(p.num_seqs, p.seq_len, C.threads_per_block / kWarpSize, C.elems_per_thread, V);
+  const int64_t blocks = layout.groups * layout.num_chunks;
   if (blocks > 0x7fffffff) throw std::runtime_error("linrec: " + name + " needs more than 2^31-1 blocks");
   if (blocks == 0) return;
   constexpr auto kernel = strided_kernel_for<T, C, V, kBackward>();
