@@ -10,6 +10,8 @@
 #     tune       python -m linrec.tune
 #     sweep      scripts/config_sweep.py $SWEEP_ARGS (kernel times of every compiled config;
 #                several runs: SWEEP_ARGS="tile --lengths 10; pipe --lengths 11")
+#     shapes     scripts/shape_sweep.py $SHAPE_ARGS (the rule against torch.add between the
+#                bench's cases; SHAPE_ARGS="--min-log 40" for its layouts alone)
 #     bench      python -m linrec.bench (table, JSON, PNG)
 # Env: LINREC_WHEEL (install this wheel with --no-deps instead of building),
 #      TORCH_CUDA_ARCH_LIST (default 9.0 when building), TESTS, BENCH_ARGS, TUNE_ARGS, SWEEP_ARGS.
@@ -54,6 +56,7 @@ for step in $steps; do
       for args in "${sweeps[@]}"; do
         python3 "$repo/scripts/config_sweep.py" $args 2>&1 | tee -a "$out/sweep.txt"
       done ;;
+    shapes) python3 "$repo/scripts/shape_sweep.py" ${SHAPE_ARGS:-} --json "$out/shapes.json" 2>&1 | tee "$out/shapes.txt" ;;
     bench) python3 -m linrec.bench --json "$out/bench.json" --png "$out/bench.png" ${BENCH_ARGS:-} 2>&1 | tee "$out/bench.txt" | tail -150 ;;
     *) echo "unknown step $step" ;;
   esac
