@@ -207,7 +207,19 @@ def test_strided_16bit_broadcast_coeffs(reverse):
     check_fwd_bwd(cuda.linrec_strided, x, c, h0, reverse, dim=1)
 
 
-FEW_CHANNEL_SHAPES = [(1, 1), (1, 3), (1, 6), (1, 16), (2, 4), (3, 10)]
+# (batch, channels): one lane group a warp for each of 32 slices (one channel; bf16 pairs
+# with 2), 16-bit data one channel a lane (odd count), channel pairs, and two batches.
+FEW_CHANNEL_SHAPES = [(1, 1), (1, 3), (1, 6), (1, 16), (2, 4)]
+
+
+def strided_chunk_len(config, num_seqs, channel_pairs):
+    """Time steps a strided block scans: lanes on as few channels as cover the sequences (a
+    power of two), the warp's other lanes on further slices of time."""
+    per_lane = 2 if channel_pairs else 1
+    lanes = 32
+    while lanes > 1 and lanes // 2 * per_lane >= num_seqs:
+        lanes //= 2
+    return config[0] * config[1] // lanes
 
 
 @pytest.mark.parametrize("config", STRIDED_CONFIGS, ids=[str(c) for c in STRIDED_CONFIGS])
@@ -216,11 +228,11 @@ FEW_CHANNEL_SHAPES = [(1, 1), (1, 3), (1, 6), (1, 16), (2, 4), (3, 10)]
 @pytest.mark.parametrize("reverse", [False, True])
 def test_strided_few_channels(config, batch, channels, dtype, reverse):
     """Channel-last (B, T, D) over T with fewer sequences than a warp's lanes take: the lanes
-    split into groups over consecutive slices of time (from 32 slices a warp for one channel
-    to 2 for 30 bf16 channels), several chunks, the last partial."""
+    split into groups over consecutive slices of time. Three chunks, the last partial."""
     from linrec.impl import cuda
 
-    length = 2 * config[0] * config[1] + 5  # at least two chunks at any split
+    pairs = dtype == torch.bfloat16 and channels % 2 == 0
+    length = 2 * strided_chunk_len(config, batch * channels, pairs) + 5
     x, c = inputs((batch, length, channels), dtype)
     h0 = torch.randn(batch, channels, device="cuda").to(dtype)
     fn = cuda.linrec_strided

@@ -358,4 +358,86 @@ __device__ __forceinline__ void look_back_thread(TileStatus<Acc>* statuses, int6
   }
 }
 
+
+// The lane-group variant of look_back_thread, for a warp split into
+// S = 32 / lanes groups (strided_layout: fewer channels than lanes): lane
+// s * lanes + g looks back for channel lane g's V sequences, whose statuses
+// start at `statuses` in every lane of the group. Called by all 32 lanes of the
+// warp. The S lanes of a channel read kWindow statuses each, nearest first, so
+// a round trip covers S * kWindow chunks where one lane alone covers kWindow:
+// with few channels the chains are thousands of chunks long. As in look_back,
+// lanes past the nearest inclusive status need not wait for theirs. Lane g
+// (s = 0) publishes; every lane of the group gets the states in `state`.
+template <int V, typename Acc>
+__device__ __forceinline__ void look_back_lane_groups(TileStatus<Acc>* statuses, int64_t stride, int64_t k,
+                                                      int lanes, bool active, const Acc (&total_y)[V],
+                                                      const Acc (&total_c)[V], const Acc (&initial)[V],
+                                                      Acc (&state)[V]) {
+  constexpr int kWindow = 4;
+  const int lane = threadIdx.x % kWarpSize, g = lane % lanes, s = lane / lanes, groups = kWarpSize / lanes;
+  const bool publisher = active && s == 0;
+  if (k == 0) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      if (publisher) publish(&statuses[j], kInclusive, total_c[j] * initial[j] + total_y[j], Acc(0));
+      state[j] = initial[j];
+    }
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < V; ++j)
+    if (publisher) publish(&statuses[k * stride + j], kAggregate, total_y[j], total_c[j]);
+  unsigned group_mask = 0;  // the lanes of this lane's channel
+  for (int i = 0; i < groups; ++i) group_mask |= 1u << (i * lanes + g);
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    Acc known_y = Acc(0), known_c = Acc(1);  // the chunks between the current window and k
+    bool done = !active;                     // the same in every lane of a group
+    for (int64_t end = k - 1; !__all_sync(kFullMask, done); end -= static_cast<int64_t>(groups) * kWindow) {
+      // This lane's run: chunks end - s * kWindow - [0, kWindow).
+      const int64_t first = end - static_cast<int64_t>(s) * kWindow;
+      StatusValue<Acc> w[kWindow];
+      int seen = kWindow;  // the nearest inclusive status of the run, as first read
+#pragma unroll
+      for (int i = 0; i < kWindow; ++i) {
+        w[i] = done             ? StatusValue<Acc>{kNotReady, Acc(0), Acc(1)}
+               : first - i >= 0 ? read_status<StatusRead::kLoad>(&statuses[(first - i) * stride + j])
+                                : StatusValue<Acc>{kInclusive, Acc(0), Acc(0)};
+        if (seen == kWindow && w[i].flag == kInclusive) seen = i;
+      }
+      const unsigned seen_by = __ballot_sync(kFullMask, seen < kWindow) & group_mask;
+      const int bound = seen_by ? (__ffs(seen_by) - 1) / lanes : groups;  // the nearest lane that saw one
+      Acc y = Acc(0), c = Acc(1);
+      bool inclusive = false;
+      if (!done && s <= bound) {
+#pragma unroll
+        for (int i = 0; i < kWindow; ++i) {
+          if (inclusive) break;
+          StatusValue<Acc> v = w[i];
+          if (v.flag == kNotReady) v = wait_status<StatusRead::kLoad>(&statuses[(first - i) * stride + j]);
+          y = c * v.y + y;
+          c = c * v.c;
+          inclusive = v.flag == kInclusive;
+        }
+      }
+      // Runs past the nearest inclusive status now known drop out; the rest
+      // compose, the nearest (s = 0) outermost.
+      const unsigned inclusive_by = __ballot_sync(kFullMask, inclusive) & group_mask;
+      const int last = inclusive_by ? (__ffs(inclusive_by) - 1) / lanes : groups - 1;
+      if (s > last) y = Acc(0), c = Acc(1);
+      for (int delta = 1; delta < groups; delta *= 2) {
+        const Acc inner_y = __shfl_down_sync(kFullMask, y, delta * lanes);
+        const Acc inner_c = __shfl_down_sync(kFullMask, c, delta * lanes);
+        if (s + delta < groups) y = c * inner_y + y, c = c * inner_c;
+      }
+      const Acc window_y = __shfl_sync(kFullMask, y, g), window_c = __shfl_sync(kFullMask, c, g);
+      if (!done) known_y = known_c * window_y + known_y, known_c = known_c * window_c;
+      done = done || inclusive_by != 0;
+    }
+    // known_c is now 0: the state is known_y.
+    if (publisher) publish(&statuses[k * stride + j], kInclusive, total_c[j] * known_y + total_y[j], Acc(0));
+    state[j] = known_y;
+  }
+}
+
 }  // namespace linrec
