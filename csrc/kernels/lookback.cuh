@@ -328,48 +328,6 @@ __device__ __forceinline__ void look_back_thread(TileStatus<Acc>* statuses, int6
   // 343.9 / 382.9, bf16 237.2 / 188.6 / 270.0; (4, 2^18, 64) bf16 205.5 / 191.5 /
   // 230.9; the bench's (8, 4096, 2048), whose chains are 32 chunks, within 1%.
   constexpr int kWindow = 4;
-#ifdef LINREC_INTERLEAVED_WALK
-  // The V walks step together: sequence j's statuses sit beside sequence j - 1's
-  // (the same L2 line), so a second walk costs no second round trip.
-  Acc known_y[V], known_c[V];  // the chunks between p and k: s -> known_c * s + known_y
-  bool done[V];
-  auto compose = [&](int j, StatusValue<Acc> s, int64_t p) {
-    if (s.flag == kNotReady) s = wait_status<StatusRead::kLoad>(&statuses[p * stride + j]);
-    known_y[j] = known_c[j] * s.y + known_y[j];
-    known_c[j] = known_c[j] * s.c;
-    return s.flag == kInclusive;
-  };
-  bool all_done = true;
-#pragma unroll
-  for (int j = 0; j < V; ++j) {
-    known_y[j] = Acc(0), known_c[j] = Acc(1);
-    done[j] = compose(j, first[j], k - 1);
-    all_done = all_done && done[j];
-  }
-  for (int64_t end = k - 2; !all_done; end -= kWindow) {
-    StatusValue<Acc> w[V][kWindow];
-#pragma unroll
-    for (int j = 0; j < V; ++j)
-#pragma unroll
-      for (int i = 0; i < kWindow; ++i)
-        w[j][i] = done[j] || end - i < 0 ? StatusValue<Acc>{kInclusive, Acc(0), Acc(0)}
-                                         : read_status<StatusRead::kLoad>(&statuses[(end - i) * stride + j]);
-    all_done = true;
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-#pragma unroll
-      for (int i = 0; i < kWindow; ++i)
-        if (!done[j]) done[j] = compose(j, w[j][i], end - i);
-      all_done = all_done && done[j];
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < V; ++j) {
-    // known_c is now 0: the state is known_y.
-    publish(&statuses[k * stride + j], kInclusive, total_c[j] * known_y[j] + total_y[j], Acc(0));
-    state[j] = known_y[j];
-  }
-#else
 #pragma unroll
   for (int j = 0; j < V; ++j) {
     Acc known_y = Acc(0), known_c = Acc(1);  // the chunks between p and k: s -> known_c * s + known_y
@@ -398,7 +356,6 @@ __device__ __forceinline__ void look_back_thread(TileStatus<Acc>* statuses, int6
     publish(&statuses[k * stride + j], kInclusive, total_c[j] * known_y + total_y[j], Acc(0));
     state[j] = known_y;
   }
-#endif
 }
 
 }  // namespace linrec

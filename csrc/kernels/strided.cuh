@@ -93,23 +93,36 @@ struct StridedLayout {
   __host__ __device__ int64_t padded_seqs() const { return groups * group_seqs; }
 };
 
+// The fewest lanes (a power of two, up to 32) whose V channels each cover num_seqs.
+__host__ __device__ __forceinline__ int strided_channel_lanes(int64_t num_seqs, int V) {
+  int lanes = kWarpSize;
+  while (lanes > 1 && static_cast<int64_t>(lanes / 2) * V >= num_seqs) lanes /= 2;
+  return lanes;
+}
+
+// The layout with `channel_lanes` lanes across the channels: a kernel without
+// lane groups passes the constant 32, so its arithmetic folds.
 __host__ __device__ __forceinline__ StridedLayout strided_layout(int64_t num_seqs, int64_t seq_len, int warps,
-                                                                 int elems_per_thread, int V) {
+                                                                 int elems_per_thread, int V, int channel_lanes) {
   StridedLayout l;
-  l.channel_lanes = kWarpSize;
-  while (l.channel_lanes > 1 && static_cast<int64_t>(l.channel_lanes / 2) * V >= num_seqs) l.channel_lanes /= 2;
-  l.slices_per_warp = kWarpSize / l.channel_lanes;
-  l.group_seqs = static_cast<int64_t>(l.channel_lanes) * V;
+  l.channel_lanes = channel_lanes;
+  l.slices_per_warp = kWarpSize / channel_lanes;
+  l.group_seqs = static_cast<int64_t>(channel_lanes) * V;
   l.chunk_len = static_cast<int64_t>(warps) * l.slices_per_warp * elems_per_thread;
   l.groups = (num_seqs + l.group_seqs - 1) / l.group_seqs;
   l.num_chunks = (seq_len + l.chunk_len - 1) / l.chunk_len;
   return l;
 }
 
+__host__ __device__ __forceinline__ StridedLayout strided_layout(int64_t num_seqs, int64_t seq_len, int warps,
+                                                                 int elems_per_thread, int V) {
+  return strided_layout(num_seqs, seq_len, warps, elems_per_thread, V, strided_channel_lanes(num_seqs, V));
+}
+
 // One thread's place in a strided launch: its block's chunk, its V sequences and
 // their offsets, and its slice of the chunk. Shared by both strided kernels.
-template <int E, int NT, int V, bool kBackward>
-struct StridedThread {
+template <int E, int NT, int V, bool kBackward, bool kLaneGroups>
+struct StridedThread {  // kLaneGroups: strided_layout's slices_per_warp > 1
   static constexpr int W = NT / kWarpSize;
   static constexpr int kSlots = kBackward ? int(kNumBwdSlots) : int(kNumFwdSlots);
   // The scanned values (inputs, or for the backward d_outputs), the coefficients and the initial state.
@@ -117,9 +130,10 @@ struct StridedThread {
   static constexpr int kC = kBackward ? int(kBwdCoeffs) : int(kFwdCoeffs);
   static constexpr int kInitial = kBackward ? int(kBwdInitial) : int(kFwdInitial);
 
-  StridedLayout layout;
-  int64_t chunk, group;  // the block's chunk of time and group of sequences
-  int channel_lane;      // the lane's place across the channels, < layout.channel_lanes
+  int64_t chunk;         // the block's chunk of time
+  int64_t padded_seqs;   // StridedLayout::padded_seqs(): chunk statuses of a sequence lie this far apart
+  int channel_lanes;     // StridedLayout::channel_lanes (32 without lane groups)
+  int channel_lane;      // the lane's place across the channels, < channel_lanes
   int64_t n;  // the lane's first sequence; with V = 2 the host made sure num_seqs is even
   bool active;
   int64_t off[V][kSlots];  // the offsets of each of the lane's sequences
@@ -130,38 +144,49 @@ struct StridedThread {
   __device__ __forceinline__ int64_t pos(int64_t q) const { return rev ? len - 1 - q : q; }
 };
 
-template <int E, int NT, int V, bool kBackward, typename Params>
-__device__ __forceinline__ StridedThread<E, NT, V, kBackward> strided_thread(const Params& p) {
-  using Thread = StridedThread<E, NT, V, kBackward>;
+template <int E, int NT, int V, bool kBackward, bool kLaneGroups, typename Params>
+__device__ __forceinline__ StridedThread<E, NT, V, kBackward, kLaneGroups> strided_thread(const Params& p) {
+  using Thread = StridedThread<E, NT, V, kBackward, kLaneGroups>;
   Thread t;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  t.layout = strided_layout(p.num_seqs, p.seq_len, Thread::W, E, V);
+  const StridedLayout layout = strided_layout(p.num_seqs, p.seq_len, Thread::W, E, V,
+                                              kLaneGroups ? strided_channel_lanes(p.num_seqs, V) : kWarpSize);
   const int64_t number = next_tile_number(p.chain_workspace);
-  t.chunk = number / t.layout.groups;
-  t.group = number % t.layout.groups;
-  t.channel_lane = lane % t.layout.channel_lanes;
-  const int slice = warp * t.layout.slices_per_warp + lane / t.layout.channel_lanes;
-  t.n = t.group * t.layout.group_seqs + t.channel_lane * V;
+  t.chunk = number / layout.groups;
+  const int64_t group = number % layout.groups;
+  t.padded_seqs = layout.padded_seqs();
+  t.channel_lanes = layout.channel_lanes;
+  int slice = warp;
+  t.channel_lane = lane;
+  if constexpr (kLaneGroups) {
+    t.channel_lane = lane % layout.channel_lanes;
+    slice = warp * layout.slices_per_warp + lane / layout.channel_lanes;
+  }
+  t.n = group * layout.group_seqs + t.channel_lane * V;
   t.active = t.n < p.num_seqs;
 #pragma unroll
   for (int j = 0; j < V; ++j) p.index.template offsets</*kOneDimFastPath=*/false>(t.active ? t.n + j : 0, t.off[j]);
   t.len = p.seq_len;
-  t.first_q = t.chunk * t.layout.chunk_len + static_cast<int64_t>(slice) * E;
+  t.first_q = t.chunk * layout.chunk_len + static_cast<int64_t>(slice) * E;
   t.rev = kBackward ? !p.reverse : p.reverse;
   return t;
 }
 
-// Step 2 for warp 0's first G lanes, one lane's channels each: look back, then
-// write every warp's entering state over its total. `initial` is the state
-// before each of the lane's sequences.
+// Step 2 for warp 0: the first `channel_lanes` lanes look back, each on its
+// own V sequences (channel lane `channel_lane`, whose states before the
+// sequences are `initial`), then write every warp's entering state over its
+// total. The S lanes of a channel looking back together, each reading a window
+// (S x 4 statuses a round trip), measured slower: H100, (1, 2^20, 16) over dim 1,
+// forward µs fp32 96.0 -> 122.1, bf16 73.2 -> 83.0 (scripts/shape_sweep.py).
 template <int W, int V, typename Acc>
 __device__ __forceinline__ void resolve_warps(StridedStorage<Acc, V>& st, TileStatus<Acc>* statuses,
-                                              const StridedLayout& layout, int64_t chunk, const Acc (&initial)[V]) {
+                                              int64_t padded_seqs, int64_t chunk, int channel_lanes, int channel_lane,
+                                              bool active, const Acc (&initial)[V]) {
   const int lane = threadIdx.x % kWarpSize;
   Acc total_y[V], total_c[V], state[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) {
-    const int ch = lane * V + j;
+    const int ch = channel_lane * V + j;
     total_y[j] = Acc(0);
     total_c[j] = Acc(1);
 #pragma unroll
@@ -170,10 +195,11 @@ __device__ __forceinline__ void resolve_warps(StridedStorage<Acc, V>& st, TileSt
       total_c[j] = st.slice_c[w][ch] * total_c[j];
     }
   }
-  look_back_thread<V>(statuses, layout.padded_seqs(), chunk, total_y, total_c, initial, state);
+  if (!active || lane >= channel_lanes) return;
+  look_back_thread<V>(statuses, padded_seqs, chunk, total_y, total_c, initial, state);
 #pragma unroll
   for (int j = 0; j < V; ++j) {
-    const int ch = lane * V + j;
+    const int ch = channel_lane * V + j;
 #pragma unroll
     for (int w = 0; w < W; ++w) {
       const Acc y = st.slice_y[w][ch], c = st.slice_c[w][ch];
@@ -187,20 +213,20 @@ __device__ __forceinline__ void resolve_warps(StridedStorage<Acc, V>& st, TileSt
 // lets warp 0 look back, and returns in `state` the state entering the thread's
 // slice and in `initial` the state before each of the lane's sequences, in the
 // forward direction.
-template <typename T, int E, int NT, int V, bool kBackward, typename Params, typename Acc>
+template <typename T, int E, int NT, int V, bool kBackward, bool kLaneGroups, typename Params, typename Acc>
 __device__ __forceinline__ void resolve_chunk(StridedStorage<Acc, V>& st, const Params& p,
-                                              const StridedThread<E, NT, V, kBackward>& t, const Acc (&slice_y)[V],
+                                              const StridedThread<E, NT, V, kBackward, kLaneGroups>& t, const Acc (&slice_y)[V],
                                               const Acc (&slice_c)[V], Acc (&initial)[V], Acc (&state)[V]) {
-  using Thread = StridedThread<E, NT, V, kBackward>;
+  using Thread = StridedThread<E, NT, V, kBackward, kLaneGroups>;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  const int lanes = t.layout.channel_lanes;
+  const int lanes = t.channel_lanes;
   // The warp's S slices of a channel lie `lanes` lanes apart, in time order: an
   // inclusive scan over them leaves the warp's total in its last lane group,
   // and the slices before each lane's (ex_y, ex_c) one group down.
   Acc in_y[V], in_c[V], ex_y[V], ex_c[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) in_y[j] = slice_y[j], in_c[j] = slice_c[j], ex_y[j] = Acc(0), ex_c[j] = Acc(1);
-  if (lanes < kWarpSize) {
+  if constexpr (kLaneGroups) {
     for (int delta = lanes; delta < kWarpSize; delta *= 2) {
 #pragma unroll
       for (int j = 0; j < V; ++j) {
@@ -229,12 +255,13 @@ __device__ __forceinline__ void resolve_chunk(StridedStorage<Acc, V>& st, const 
     initial[j] = p.initial && t.active
                      ? to_acc<Acc>(static_cast<const T*>(p.initial)[t.off[j][Thread::kInitial]])
                      : Acc(0);
-  if (warp == 0 && lane < lanes && t.active) {
+  if (warp == 0) {
     TileStatus<Acc>* statuses = ChainWorkspaceLayout::statuses<Acc>(p.chain_workspace) + t.n;
     Acc scan_initial[V];
 #pragma unroll
     for (int j = 0; j < V; ++j) scan_initial[j] = kBackward ? Acc(0) : initial[j];
-    resolve_warps<Thread::W>(st, statuses, t.layout, t.chunk, scan_initial);
+    resolve_warps<Thread::W>(st, statuses, t.padded_seqs, t.chunk, t.channel_lanes, t.channel_lane, t.active,
+                                           scan_initial);
   }
   __syncthreads();
 #pragma unroll
@@ -242,13 +269,13 @@ __device__ __forceinline__ void resolve_chunk(StridedStorage<Acc, V>& st, const 
 }
 
 // The slice held in registers (MemCode::kDirect).
-template <typename T, int E, int NT, int V, bool kBackward, typename Params>
+template <typename T, int E, int NT, int V, bool kBackward, bool kLaneGroups, typename Params>
 __global__ void __launch_bounds__(NT) strided_kernel(const Params p) {
   using Acc = acc_t<T>;
-  using Thread = StridedThread<E, NT, V, kBackward>;
+  using Thread = StridedThread<E, NT, V, kBackward, kLaneGroups>;
   __shared__ StridedStorage<Acc, V> st;
   wait_for_prior_grid();
-  const Thread t = strided_thread<E, NT, V, kBackward>(p);
+  const Thread t = strided_thread<E, NT, V, kBackward, kLaneGroups>(p);
   const auto& es = p.index.elem_strides;
   const T* v_ptr;
   if constexpr (kBackward) v_ptr = static_cast<const T*>(p.d_outputs) + t.off[0][Thread::kV];
@@ -385,15 +412,15 @@ struct StagedChannels {
   }
 };
 
-template <typename T, int E, int NT, int V, bool kBackward, typename Params>
+template <typename T, int E, int NT, int V, bool kBackward, bool kLaneGroups, typename Params>
 __global__ void __launch_bounds__(NT) strided_staged_kernel(const Params p) {
   using Acc = acc_t<T>;
-  using Thread = StridedThread<E, NT, V, kBackward>;
+  using Thread = StridedThread<E, NT, V, kBackward, kLaneGroups>;
   using Staged = StagedChannels<T, V>;
   __shared__ StridedStorage<Acc, V> st;
   extern __shared__ __align__(16) unsigned char staged[];
   wait_for_prior_grid();
-  const Thread t = strided_thread<E, NT, V, kBackward>(p);
+  const Thread t = strided_thread<E, NT, V, kBackward, kLaneGroups>(p);
   const auto& es = p.index.elem_strides;
   auto slot = [&](int s, int i) { return Staged::template slot<E, NT>(staged, s, i); };
   // Pointers walk the slice one scan step at a time (fully unrolled, 64-bit
@@ -500,13 +527,13 @@ __global__ void __launch_bounds__(NT) strided_staged_kernel(const Params p) {
   }
 }
 
-template <typename T, TileConfig C, int V, bool kBackward>
+template <typename T, TileConfig C, int V, bool kBackward, bool kLaneGroups>
 constexpr auto strided_kernel_for() {
   using Params = std::conditional_t<kBackward, BackwardParams, ForwardParams>;
   if constexpr (C.memcode == MemCode::kStaged)
-    return strided_staged_kernel<T, C.elems_per_thread, C.threads_per_block, V, kBackward, Params>;
+    return strided_staged_kernel<T, C.elems_per_thread, C.threads_per_block, V, kBackward, kLaneGroups, Params>;
   else
-    return strided_kernel<T, C.elems_per_thread, C.threads_per_block, V, kBackward, Params>;
+    return strided_kernel<T, C.elems_per_thread, C.threads_per_block, V, kBackward, kLaneGroups, Params>;
 }
 
 template <typename T, TileConfig C, int V, bool kBackward>
@@ -566,12 +593,22 @@ void launch_strided_with(const Params& p, cudaStream_t stream, const std::string
   const int64_t blocks = layout.groups * layout.num_chunks;
   if (blocks > 0x7fffffff) throw std::runtime_error("linrec: " + name + " needs more than 2^31-1 blocks");
   if (blocks == 0) return;
-  constexpr auto kernel = strided_kernel_for<T, C, V, kBackward>();
   constexpr int smem = strided_dynamic_smem_bytes<T, C, V, kBackward>();
   // Static: the slices' totals, and the block's chunk number (next_tile_number).
   constexpr int kStaticSmem = sizeof(StridedStorage<acc_t<T>, V>) + 16;
-  allow_dynamic_smem<C, smem, kStaticSmem>(kernel, name);
-  launch_kernel<kernel>(static_cast<unsigned>(blocks), C.threads_per_block, smem, stream, p);
+  // Lane groups are a kernel of their own, so that the one-slice kernel's
+  // layout folds to constants: one kernel for both took the bench's
+  // (8, 4096, 2048) bf16 forward from 149.8 to 153.8-155.0 µs (H100, three
+  // device calls, scripts/shape_sweep.py).
+  auto launch = [&]<bool kLaneGroups>() {
+    constexpr auto kernel = strided_kernel_for<T, C, V, kBackward, kLaneGroups>();
+    allow_dynamic_smem<C, smem, kStaticSmem>(kernel, name);
+    launch_kernel<kernel>(static_cast<unsigned>(blocks), C.threads_per_block, smem, stream, p);
+  };
+  if (layout.slices_per_warp > 1)
+    launch.template operator()<true>();
+  else
+    launch.template operator()<false>();
   check_launch(name.c_str());
 }
 
@@ -594,7 +631,7 @@ cudaFuncAttributes strided_func_attrs(const TileConfig& config) {
   dispatch_config<STRIDED_CONFIG_LIST>(config, [&]<TileConfig C>() {
     // The kernel a contiguous channel-last layout runs: channel pairs for 16-bit storage.
     constexpr int V = sizeof(T) == 2 ? kStridedMaxChannelsPerLane : 1;
-    const cudaError_t err = cudaFuncGetAttributes(&attrs, strided_kernel_for<T, C, V, kBackward>());
+    const cudaError_t err = cudaFuncGetAttributes(&attrs, strided_kernel_for<T, C, V, kBackward, false>());
     if (err != cudaSuccess) throw std::runtime_error(std::string("linrec: cudaFuncGetAttributes: ") + cudaGetErrorString(err));
   }, kBackward ? "linrec_strided_bwd" : "linrec_strided_fwd");
   return attrs;
