@@ -207,8 +207,8 @@ def test_strided_16bit_broadcast_coeffs(reverse):
     check_fwd_bwd(cuda.linrec_strided, x, c, h0, reverse, dim=1)
 
 
-# (batch, channels): one lane group a warp for each of 32 slices (one channel; bf16 pairs
-# with 2), 16-bit data one channel a lane (odd count), channel pairs, and two batches.
+# (batch, channels): one channel (32 lane groups of one lane), an odd count (16-bit data one
+# channel a lane), 16-bit channel pairs (6 and 16 channels), and two batches in one group.
 FEW_CHANNEL_SHAPES = [(1, 1), (1, 3), (1, 6), (1, 16), (2, 4)]
 
 
@@ -306,7 +306,7 @@ def test_channel_last_auto(dtype, reverse):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 def test_channel_last_few_channels_auto(dtype, reverse):
     """linrec.linrec on one batch of 16 channels over a long T (lanes split over slices of
-    time), hundreds of chunks."""
+    time), over a hundred chunks."""
     x, c = inputs((1, 70001, 16), dtype)
     h0 = torch.randn(1, 16, device="cuda").to(dtype)
     check_fwd_bwd(linrec.linrec, x, c, h0, reverse, dim=1)

@@ -215,8 +215,9 @@ __device__ __forceinline__ void resolve_warps(StridedStorage<Acc, V>& st, TileSt
 // forward direction.
 template <typename T, int E, int NT, int V, bool kBackward, bool kLaneGroups, typename Params, typename Acc>
 __device__ __forceinline__ void resolve_chunk(StridedStorage<Acc, V>& st, const Params& p,
-                                              const StridedThread<E, NT, V, kBackward, kLaneGroups>& t, const Acc (&slice_y)[V],
-                                              const Acc (&slice_c)[V], Acc (&initial)[V], Acc (&state)[V]) {
+                                              const StridedThread<E, NT, V, kBackward, kLaneGroups>& t,
+                                              const Acc (&slice_y)[V], const Acc (&slice_c)[V], Acc (&initial)[V],
+                                              Acc (&state)[V]) {
   using Thread = StridedThread<E, NT, V, kBackward, kLaneGroups>;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int lanes = t.channel_lanes;
@@ -261,7 +262,7 @@ __device__ __forceinline__ void resolve_chunk(StridedStorage<Acc, V>& st, const 
 #pragma unroll
     for (int j = 0; j < V; ++j) scan_initial[j] = kBackward ? Acc(0) : initial[j];
     resolve_warps<Thread::W>(st, statuses, t.padded_seqs, t.chunk, t.channel_lanes, t.channel_lane, t.active,
-                                           scan_initial);
+                             scan_initial);
   }
   __syncthreads();
 #pragma unroll
