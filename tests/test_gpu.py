@@ -239,6 +239,30 @@ def test_strided_few_channels(config, batch, channels, dtype, reverse):
     check_fwd_bwd(lambda *a, **k: fn(*a, **k, **config_kwargs(config)), x, c, h0, reverse, dim=1)
 
 
+STAGED_STRIDED_CONFIGS = [c for c in STRIDED_CONFIGS if c[2] == 3]
+# Rows of 2-16 bytes take the dense-rows kernel; 6 and 8 fp32 channels (24 and 32 bytes) the
+# lane-group kernel.
+DENSE_ROW_CHANNELS = [1, 3, 4, 6, 8]
+
+
+@pytest.mark.parametrize("config", STAGED_STRIDED_CONFIGS, ids=[str(c) for c in STAGED_STRIDED_CONFIGS])
+@pytest.mark.parametrize("channels", DENSE_ROW_CHANNELS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_strided_dense_rows(config, channels, dtype, reverse):
+    """One batch of few channels, rows of at most 16 bytes, T * D * size a multiple of 16:
+    each warp stages its whole range of rows (the dense-rows kernel). Three chunks, the last
+    partial, so the reverse scan's ranges start before row 0."""
+    from linrec.impl import cuda
+
+    pairs = dtype == torch.bfloat16 and channels % 2 == 0
+    length = 2 * strided_chunk_len(config, channels, pairs) + 8
+    x, c = inputs((1, length, channels), dtype)
+    h0 = torch.randn(1, channels, device="cuda").to(dtype)
+    fn = cuda.linrec_strided
+    check_fwd_bwd(lambda *a, **k: fn(*a, **k, **config_kwargs(config)), x, c, h0, reverse, dim=1)
+
+
 VECTOR_CONFIGS = [c for c in CONFIGS if c[2] == 1]
 
 
@@ -304,11 +328,15 @@ def test_channel_last_auto(dtype, reverse):
 
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
-def test_channel_last_few_channels_auto(dtype, reverse):
-    """linrec.linrec on one batch of 16 channels over a long T (lanes split over slices of
-    time), over a hundred chunks."""
-    x, c = inputs((1, 70001, 16), dtype)
-    h0 = torch.randn(1, 16, device="cuda").to(dtype)
+@pytest.mark.parametrize("rows", ["dense", "padded"])
+@pytest.mark.parametrize("channels", [4, 16])
+def test_channel_last_few_channels_auto(dtype, reverse, rows, channels):
+    """linrec.linrec on one batch of few channels over a long T (lanes split over slices of
+    time), a hundred chunks or more: dense rows (4 channels take the dense-rows kernel), and
+    rows two elements wider than the channels scanned (lanes staging their own channels)."""
+    width = channels if rows == "dense" else channels + 2
+    x, c = (t[..., :channels] for t in inputs((1, 70004, width), dtype))
+    h0 = torch.randn(1, channels, device="cuda").to(dtype)
     check_fwd_bwd(linrec.linrec, x, c, h0, reverse, dim=1)
 
 

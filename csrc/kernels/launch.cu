@@ -11,7 +11,7 @@
 #include "launch.h"
 #include "packed.cuh"
 #include "ref.cuh"
-#include "strided.cuh"
+#include "strided_launch.cuh"
 #include "tiled.cuh"
 #include "workspace.cuh"
 

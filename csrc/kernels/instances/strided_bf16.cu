@@ -2,7 +2,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "../strided.cuh"
+#include "../strided_launch.cuh"
 
 namespace linrec {
 LINREC_INSTANTIATE_STRIDED(__nv_bfloat16)

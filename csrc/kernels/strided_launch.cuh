@@ -1,0 +1,169 @@
+// Launching the strided kernels: which kernel a layout takes (channel pairs,
+// lane groups, dense few-channel chunks), the workspace, and the instantiations.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "strided.cuh"
+#include "strided_flat.cuh"
+
+namespace linrec {
+
+// Whether each lane may scan two adjacent channels: 16-bit storage, and in
+// every tensor but the initial state (read and written per channel) the
+// innermost sequence dimension is unit-stride and even, and every other stride
+// and the base are even, so each lane's pair is one aligned 4-byte word.
+template <typename T, typename Params, size_t N>
+bool strided_pairs_channels(const Params& p, const int (&slots)[N], const void* const (&bases)[N]) {
+  const auto& ix = p.index;
+  if (sizeof(T) != 2 || ix.num_dims == 0 || ix.sizes[ix.num_dims - 1] % 2 != 0) return false;
+  for (size_t i = 0; i < N; ++i) {
+    const int t = slots[i];
+    if (reinterpret_cast<uintptr_t>(bases[i]) % (2 * sizeof(T)) != 0) return false;
+    if (ix.seq_strides[t][ix.num_dims - 1] != 1 || ix.elem_strides[t] % 2 != 0) return false;
+    for (int k = 0; k + 1 < ix.num_dims; ++k)
+      if (ix.seq_strides[t][k] % 2 != 0) return false;
+  }
+  return true;
+}
+
+template <typename T, typename Params>
+bool strided_pairs_channels(const Params& p) {
+  if constexpr (std::is_same_v<Params, ForwardParams>) {
+    return strided_pairs_channels<T>(p, {kFwdInputs, kFwdCoeffs, kFwdOutputs}, {p.inputs, p.coeffs, p.outputs});
+  } else {
+    return strided_pairs_channels<T>(p, {kBwdDOutputs, kBwdCoeffs, kBwdOutputs, kBwdDInputs, kBwdDCoeffs},
+                                     {p.d_outputs, p.coeffs, p.outputs, p.d_inputs, p.d_coeffs});
+  }
+}
+
+// Whether the dense few-channel kernel (strided_flat.cuh) runs: rows of at
+// most 16 bytes, one sequence dim (the channels) of unit stride, rows of
+// exactly num_seqs elements, 16-byte aligned data, and T * D * sizeof(T) a
+// multiple of 16 bytes. H100, µs forward / fwd+bwd, lane-group kernel -> this
+// one (scripts/shape_sweep.py, LINREC_STRIDED_FLAT=0 and 1 in one device call):
+//   8-byte rows,  (1, 2^22, 4) bf16: 122.8 / 318.4 -> 68.9 / 178.2
+//   16-byte rows, (1, 2^21, 8) bf16:  80.0 / 190.2 -> 68.7 / 175.5
+//                 (1, 2^22, 4) fp32: 118.5 / 308.1 -> 95.2 / 266.4
+//   32-byte rows, (1, 2^20, 16) bf16: 72.2 / 164.2 -> 71.4 / 182.2
+//                 (1, 2^21, 8) fp32: 101.1 / 250.4 -> 98.6 / 273.2
+//   64-byte rows, (1, 2^20, 16) fp32: 96.6 / 239.1 -> 99.9 / 275.0
+// From 32-byte rows a thread's own copies fill whole sectors, and the backward
+// loses. LINREC_STRIDED_FLAT=0 in the environment turns it off (A/B timing).
+constexpr int kFlatMaxRowBytes = 16;
+template <typename T, typename Params, size_t N>
+bool strided_dense_rows(const Params& p, const int (&slots)[N], const void* const (&bases)[N]) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("LINREC_STRIDED_FLAT");
+    return v == nullptr || v[0] != '0';
+  }();
+  const auto& ix = p.index;
+  const int64_t row_bytes = p.num_seqs * static_cast<int64_t>(sizeof(T));
+  if (!enabled || row_bytes > kFlatMaxRowBytes || ix.num_dims > 1 || (p.seq_len * row_bytes) % 16 != 0) return false;
+  for (size_t i = 0; i < N; ++i) {
+    const int t = slots[i];
+    if (reinterpret_cast<uintptr_t>(bases[i]) % 16 != 0 || ix.elem_strides[t] != p.num_seqs) return false;
+    if (ix.num_dims == 1 && ix.seq_strides[t][0] != 1) return false;
+  }
+  return true;
+}
+
+template <typename T, typename Params>
+bool strided_dense_rows(const Params& p) {
+  if constexpr (std::is_same_v<Params, ForwardParams>) {
+    return strided_dense_rows<T>(p, {kFwdInputs, kFwdCoeffs, kFwdOutputs}, {p.inputs, p.coeffs, p.outputs});
+  } else {
+    return strided_dense_rows<T>(p, {kBwdDOutputs, kBwdCoeffs, kBwdOutputs, kBwdDInputs, kBwdDCoeffs},
+                                 {p.d_outputs, p.coeffs, p.outputs, p.d_inputs, p.d_coeffs});
+  }
+}
+
+// Bytes of the strided kernels' workspace (cleared by the launch): a chunk
+// counter and one status per (chunk, sequence), sequences padded to a whole
+// group, for either lane width (the launch picks it from the strides).
+template <typename T>
+int64_t strided_workspace_bytes(int64_t num_seqs, int64_t seq_len, const TileConfig& config) {
+  int64_t statuses = 0;
+  for (int v = 1; v <= (sizeof(T) == 2 ? kStridedMaxChannelsPerLane : 1); ++v) {
+    const StridedLayout l =
+        strided_layout(num_seqs, seq_len, config.threads_per_block / kWarpSize, config.elems_per_thread, v);
+    statuses = std::max(statuses, l.padded_seqs() * l.num_chunks);
+  }
+  return ChainWorkspaceLayout::bytes<acc_t<T>>(statuses);
+}
+
+template <typename T, TileConfig C, int V, bool kBackward, typename Params>
+void launch_strided_with(const Params& p, bool dense_rows, cudaStream_t stream, const std::string& name) {
+  const StridedLayout layout =
+      strided_layout(p.num_seqs, p.seq_len, C.threads_per_block / kWarpSize, C.elems_per_thread, V);
+  const int64_t blocks = layout.groups * layout.num_chunks;
+  if (blocks > 0x7fffffff) throw std::runtime_error("linrec: " + name + " needs more than 2^31-1 blocks");
+  if (blocks == 0) return;
+  constexpr int smem = strided_dynamic_smem_bytes<T, C, V, kBackward>();
+  // Static: the slices' totals, and the block's chunk number (next_tile_number).
+  constexpr int kStaticSmem = sizeof(StridedStorage<acc_t<T>, V>) + 16;
+  // Lane groups are a kernel of their own, so that the one-slice kernel's
+  // layout folds to constants: one kernel for both took the bench's
+  // (8, 4096, 2048) bf16 forward from 149.8 to 153.8-155.0 µs (H100, three
+  // device calls, scripts/shape_sweep.py).
+  auto launch = [&]<bool kLaneGroups>() {
+    constexpr auto kernel = strided_kernel_for<T, C, V, kBackward, kLaneGroups>();
+    allow_dynamic_smem<C, smem, kStaticSmem>(kernel, name);
+    launch_kernel<kernel>(static_cast<unsigned>(blocks), C.threads_per_block, smem, stream, p);
+  };
+  if constexpr (C.memcode == MemCode::kStaged) {
+    if (layout.slices_per_warp > 1 && dense_rows) {
+      constexpr int E = C.elems_per_thread, NT = C.threads_per_block;
+      constexpr auto kernel = strided_flat_kernel<T, E, NT, V, kBackward, Params>;
+      allow_dynamic_smem<C, flat_max_smem_bytes<T, E, NT, V, kBackward>(), kStaticSmem>(kernel, name);
+      const int flat_smem = flat_smem_bytes<T, E, NT, V, kBackward>(p.num_seqs);
+      launch_kernel<kernel>(static_cast<unsigned>(blocks), NT, flat_smem, stream, p);
+      return check_launch(name.c_str());
+    }
+  }
+  if (layout.slices_per_warp > 1)
+    launch.template operator()<true>();
+  else
+    launch.template operator()<false>();
+  check_launch(name.c_str());
+}
+
+template <typename T, bool kBackward, typename Params>
+void launch_strided(const Params& p, const TileConfig& config, cudaStream_t stream) {
+  const std::string name = kBackward ? "linrec_strided_bwd" : "linrec_strided_fwd";
+  if (p.chain_workspace == nullptr) throw std::runtime_error("linrec: " + name + " needs a workspace");
+  const bool pairs = strided_pairs_channels<T>(p);
+  const bool dense_rows = strided_dense_rows<T>(p);
+  dispatch_config<STRIDED_CONFIG_LIST>(config, [&]<TileConfig C>() {
+    if constexpr (sizeof(T) == 2) {
+      if (pairs) return launch_strided_with<T, C, 2, kBackward>(p, dense_rows, stream, name);
+    }
+    launch_strided_with<T, C, 1, kBackward>(p, dense_rows, stream, name);
+  }, name.c_str());
+}
+
+template <typename T, bool kBackward>
+cudaFuncAttributes strided_func_attrs(const TileConfig& config) {
+  cudaFuncAttributes attrs{};
+  dispatch_config<STRIDED_CONFIG_LIST>(config, [&]<TileConfig C>() {
+    // The kernel a contiguous channel-last layout runs: channel pairs for 16-bit storage.
+    constexpr int V = sizeof(T) == 2 ? kStridedMaxChannelsPerLane : 1;
+    const cudaError_t err = cudaFuncGetAttributes(&attrs, strided_kernel_for<T, C, V, kBackward, false>());
+    if (err != cudaSuccess) throw std::runtime_error(std::string("linrec: cudaFuncGetAttributes: ") + cudaGetErrorString(err));
+  }, kBackward ? "linrec_strided_bwd" : "linrec_strided_fwd");
+  return attrs;
+}
+
+#define LINREC_INSTANTIATE_STRIDED(T)                                                                          \
+  template void launch_strided<T, false, ForwardParams>(const ForwardParams&, const TileConfig&, cudaStream_t); \
+  template void launch_strided<T, true, BackwardParams>(const BackwardParams&, const TileConfig&, cudaStream_t); \
+  template cudaFuncAttributes strided_func_attrs<T, false>(const TileConfig&);                                   \
+  template cudaFuncAttributes strided_func_attrs<T, true>(const TileConfig&);
+
+}  // namespace linrec
