@@ -19,7 +19,9 @@
 //      thread rescans its E steps and stores them.
 // A thread holds its E steps in registers (strided_kernel, MemCode::kDirect) or
 // in shared memory (strided_staged_kernel, MemCode::kStaged), where they cost
-// no registers while they load and while the block looks back.
+// no registers while they load and while the block looks back. Dense rows of a
+// few channels are staged a warp's range at a time (strided_flat.cuh);
+// strided_launch.cuh picks the kernel for a layout.
 // Chunks get their numbers in launch order, chunk-major, so a chunk's
 // predecessor in time started before it. The backward is the same scan run
 // against the forward direction, as in tiled.cuh: over d_outputs, with the
@@ -28,10 +30,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <stdexcept>
-#include <string>
 #include <type_traits>
 
 #include "../dispatch.h"
