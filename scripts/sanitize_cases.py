@@ -41,6 +41,15 @@ for dtype in (torch.float32, torch.bfloat16):
                 leaves = [v.clone().requires_grad_() for v in inputs]
                 cuda.linrec_strided(*leaves[:2], reverse, dim=0, initial=leaves[2], elems_per_thread=e,
                                     threads_per_block=t, memcode=m, algocode=a).sum().backward()
+        # Dense rows of at most 16 bytes (4 channels): the warp-range staging kernel, with a
+        # full d_outputs so that the backward takes it too.
+        xd = torch.randn(1032, 4, device="cuda").to(dtype)
+        cd = (torch.rand_like(xd) * 0.5 + 0.5).to(dtype)
+        for e, t, m, a in linrec.compiled_configs("strided"):
+            leaves = [v.clone().requires_grad_() for v in (xd, cd, hw[:4])]
+            y = cuda.linrec_strided(*leaves[:2], reverse, dim=0, initial=leaves[2], elems_per_thread=e,
+                                    threads_per_block=t, memcode=m, algocode=a)
+            y.backward(torch.randn_like(y))
         for e, t, m, a in linrec.compiled_configs("packed"):
             leaves = [v.clone().requires_grad_() for v in (x[:, :100], c[:, :100], h0)]
             cuda.linrec_packed(*leaves[:2], reverse, initial=leaves[2], elems_per_thread=e,

@@ -181,7 +181,11 @@ template <int W, int V, typename Acc>
 __device__ __forceinline__ void resolve_warps(StridedStorage<Acc, V>& st, TileStatus<Acc>* statuses,
                                               int64_t padded_seqs, int64_t chunk, int channel_lanes, int channel_lane,
                                               bool active, const Acc (&initial)[V]) {
+  // Only the lanes that look back read the totals: a lane of a later lane
+  // group reading its channel's totals would race with the write of the
+  // entering states below (compute-sanitizer racecheck).
   const int lane = threadIdx.x % kWarpSize;
+  if (!active || lane >= channel_lanes) return;
   Acc total_y[V], total_c[V], state[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) {
@@ -194,7 +198,6 @@ __device__ __forceinline__ void resolve_warps(StridedStorage<Acc, V>& st, TileSt
       total_c[j] = st.slice_c[w][ch] * total_c[j];
     }
   }
-  if (!active || lane >= channel_lanes) return;
   look_back_thread<V>(statuses, padded_seqs, chunk, total_y, total_c, initial, state);
 #pragma unroll
   for (int j = 0; j < V; ++j) {
