@@ -114,8 +114,10 @@ __global__ void __launch_bounds__(NT) strided_flat_kernel(const Params p) {
       int so;
       int64_t go;
       piece(j, so, go);
-      if (go >= 0 && go < data_bytes)
-        *reinterpret_cast<uint4*>(static_cast<unsigned char*>(data) + go) = *reinterpret_cast<const uint4*>(region(s) + so);
+      if (go >= 0 && go < data_bytes) {
+        const uint4 word = *reinterpret_cast<const uint4*>(region(s) + so);
+        *reinterpret_cast<uint4*>(static_cast<unsigned char*>(data) + go) = word;
+      }
     }
   };
   const auto& es = p.index.elem_strides;
