@@ -462,8 +462,7 @@ template <typename T, bool kBackward>
 cudaFuncAttributes chained_func_attrs(const TileConfig& config) {
   cudaFuncAttributes attrs{};
   dispatch_config<CHAINED_CONFIG_LIST>(config, [&]<TileConfig C>() {
-    const cudaError_t err = cudaFuncGetAttributes(&attrs, chained_kernel_for<T, C, kBackward>());
-    if (err != cudaSuccess) throw std::runtime_error(std::string("linrec: cudaFuncGetAttributes: ") + cudaGetErrorString(err));
+    attrs = kernel_attributes(chained_kernel_for<T, C, kBackward>());
   }, kBackward ? "linrec_chained_bwd" : "linrec_chained_fwd");
   return attrs;
 }

@@ -44,6 +44,16 @@ __device__ __forceinline__ void allow_dependents_to_launch() {
 #endif
 }
 
+// The attributes of `kernel` as loaded on the current device (registers, local
+// and shared memory); throws if the query fails.
+template <typename Kernel>
+cudaFuncAttributes kernel_attributes(Kernel kernel) {
+  cudaFuncAttributes attrs{};
+  const cudaError_t err = cudaFuncGetAttributes(&attrs, kernel);
+  if (err != cudaSuccess) throw std::runtime_error(std::string("linrec: cudaFuncGetAttributes: ") + cudaGetErrorString(err));
+  return attrs;
+}
+
 inline void check_launch(const char* name) {
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) throw std::runtime_error(std::string("linrec: ") + name + " failed: " + cudaGetErrorString(err));

@@ -146,10 +146,9 @@ FuncAttrs cuda_func_attrs(DType dtype, KernelKind kind, bool backward, KernelVar
     throw std::invalid_argument("linrec: only the tile and packed kernels have aligned-rows variants");
   cudaFuncAttributes a{};
   by_dtype(dtype, [&]<typename T>() {
-    cudaError_t err = cudaSuccess;
     switch (kind) {
       case KernelKind::kRef:
-        err = backward ? cudaFuncGetAttributes(&a, ref_bwd_kernel<T>) : cudaFuncGetAttributes(&a, ref_fwd_kernel<T>);
+        a = backward ? kernel_attributes(ref_bwd_kernel<T>) : kernel_attributes(ref_fwd_kernel<T>);
         break;
       case KernelKind::kTile: a = attrs_of<T, Schedule::kOneTile>(backward, variant, config); break;
       case KernelKind::kPipe: a = attrs_of<T, Schedule::kPipe>(backward, variant, config); break;
@@ -164,7 +163,6 @@ FuncAttrs cuda_func_attrs(DType dtype, KernelKind kind, bool backward, KernelVar
         break;
       case KernelKind::kAuto: throw std::invalid_argument("linrec: func_attrs needs a kernel kind");
     }
-    if (err != cudaSuccess) throw std::runtime_error(cudaGetErrorString(err));
   });
   return {a.numRegs, static_cast<int>(a.localSizeBytes), static_cast<int>(a.sharedSizeBytes), a.maxThreadsPerBlock};
 }

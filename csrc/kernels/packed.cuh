@@ -225,17 +225,12 @@ template <typename T, bool kBackward>
 cudaFuncAttributes packed_func_attrs(const TileConfig& config, KernelVariant variant) {
   cudaFuncAttributes attrs{};
   dispatch_config<PACKED_CONFIG_LIST>(config, [&]<TileConfig C>() {
-    cudaError_t err = cudaErrorInvalidValue;  // for a variant not listed
     switch (variant) {
-      case KernelVariant::kGeneral: err = cudaFuncGetAttributes(&attrs, packed_kernel<T, C, kBackward>()); break;
-      case KernelVariant::kRowsForward:
-        err = cudaFuncGetAttributes(&attrs, packed_rows_kernel<T, C, kBackward, false>());
-        break;
-      case KernelVariant::kRowsReverse:
-        err = cudaFuncGetAttributes(&attrs, packed_rows_kernel<T, C, kBackward, true>());
-        break;
+      case KernelVariant::kGeneral: attrs = kernel_attributes(packed_kernel<T, C, kBackward>()); return;
+      case KernelVariant::kRowsForward: attrs = kernel_attributes(packed_rows_kernel<T, C, kBackward, false>()); return;
+      case KernelVariant::kRowsReverse: attrs = kernel_attributes(packed_rows_kernel<T, C, kBackward, true>()); return;
     }
-    if (err != cudaSuccess) throw std::runtime_error(std::string("linrec: cudaFuncGetAttributes: ") + cudaGetErrorString(err));
+    throw std::invalid_argument("linrec: unknown packed kernel variant");
   }, kBackward ? "linrec_packed_bwd" : "linrec_packed_fwd");
   return attrs;
 }

@@ -78,6 +78,23 @@ __device__ __forceinline__ void store_channels(T* at, const Acc (&src)[V]) {
   *reinterpret_cast<ChannelVec<T, V>*>(at) = w;
 }
 
+// One step of a thread's V sequences, coefficients a and values v: folded into
+// the slice's transform s -> slice_c * s + slice_y, or applied to the state.
+template <int V, typename Acc>
+__device__ __forceinline__ void fold_step(Acc (&slice_y)[V], Acc (&slice_c)[V], const Acc (&a)[V], const Acc (&v)[V]) {
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    slice_y[j] = a[j] * slice_y[j] + v[j];
+    slice_c[j] = a[j] * slice_c[j];
+  }
+}
+
+template <int V, typename Acc>
+__device__ __forceinline__ void scan_step(Acc (&state)[V], const Acc (&a)[V], const Acc (&v)[V]) {
+#pragma unroll
+  for (int j = 0; j < V; ++j) state[j] = a[j] * state[j] + v[j];
+}
+
 // How a launch splits sequences and time. A warp's lanes take G = channel_lanes
 // lanes of V channels across a time step, the fewest (a power of two) that
 // cover the sequences, up to 32; its S = 32 / G lane groups take consecutive
@@ -176,7 +193,8 @@ __device__ __forceinline__ StridedThread<E, NT, V, kBackward, kLaneGroups> strid
 // sequences are `initial`), then write every warp's entering state over its
 // total. The S lanes of a channel looking back together, each reading a window
 // (S x 4 statuses a round trip), measured slower: H100, (1, 2^20, 16) over dim 1,
-// forward µs fp32 96.0 -> 122.1, bf16 73.2 -> 83.0 (scripts/shape_sweep.py).
+// forward µs fp32 96.0 -> 122.1, bf16 73.2 -> 83.0 (scripts/shape_sweep.py); so
+// did the warp's lanes as window slots, one status each (benchmarks/NOTES.md).
 template <int W, int V, typename Acc>
 __device__ __forceinline__ void resolve_warps(StridedStorage<Acc, V>& st, TileStatus<Acc>* statuses,
                                               int64_t padded_seqs, int64_t chunk, int channel_lanes, int channel_lane,
@@ -469,11 +487,7 @@ __global__ void __launch_bounds__(NT) strided_staged_kernel(const Params p) {
     Acc v[V], a[V];
     Staged::read(v, slot(0, i));
     Staged::read(a, slot(1, i));
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      slice_y[j] = a[j] * slice_y[j] + v[j];
-      slice_c[j] = a[j] * slice_c[j];
-    }
+    fold_step(slice_y, slice_c, a, v);
   }
 
   // Step 2.
@@ -492,8 +506,7 @@ __global__ void __launch_bounds__(NT) strided_staged_kernel(const Params p) {
       Acc v[V], a[V];
       Staged::read(v, slot(0, i));
       Staged::read(a, slot(1, i));
-#pragma unroll
-      for (int j = 0; j < V; ++j) state[j] = a[j] * state[j] + v[j];
+      scan_step(state, a, v);
       store_channels<V>(y_at, state);
     }
   } else {
@@ -513,11 +526,9 @@ __global__ void __launch_bounds__(NT) strided_staged_kernel(const Params p) {
       Staged::read(a, slot(1, i));
       Staged::read(y_prev, slot(2, i));
       const bool last = t.first_q + i == t.len - 1;
+      scan_step(state, a, v);
 #pragma unroll
-      for (int j = 0; j < V; ++j) {
-        state[j] = a[j] * state[j] + v[j];
-        y_prev[j] = (last ? initial[j] : y_prev[j]) * state[j];
-      }
+      for (int j = 0; j < V; ++j) y_prev[j] = (last ? initial[j] : y_prev[j]) * state[j];
       store_channels<V>(dx_at, state);
       store_channels<V>(dc_at, y_prev);
     }

@@ -162,16 +162,16 @@ __global__ void __launch_bounds__(NT) strided_flat_kernel(const Params p) {
   Acc slice_y[V], slice_c[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) slice_y[j] = Acc(0), slice_c[j] = Acc(1);
+  // Step i's coefficients and values, from shared memory.
+  auto read_step = [&](int i, Acc(&a)[V], Acc(&v)[V]) {
+    Staged::read(v, at(0, slice, i));
+    read_coeff(i, a);
+  };
 #pragma unroll 4
   for (int i = 0; i < steps; ++i) {
     Acc v[V], a[V];
-    Staged::read(v, at(0, slice, i));
-    read_coeff(i, a);
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      slice_y[j] = a[j] * slice_y[j] + v[j];
-      slice_c[j] = a[j] * slice_c[j];
-    }
+    read_step(i, a, v);
+    fold_step(slice_y, slice_c, a, v);
   }
 
   // Step 2.
@@ -183,10 +183,8 @@ __global__ void __launch_bounds__(NT) strided_flat_kernel(const Params p) {
 #pragma unroll 4
   for (int i = 0; i < steps; ++i) {
     Acc v[V], a[V];
-    Staged::read(v, at(0, slice, i));
-    read_coeff(i, a);
-#pragma unroll
-    for (int j = 0; j < V; ++j) state[j] = a[j] * state[j] + v[j];
+    read_step(i, a, v);
+    scan_step(state, a, v);
     store_channels<V>(reinterpret_cast<T*>(at(0, slice, i)), state);
   }
   if constexpr (!kBackward) {

@@ -15,32 +15,34 @@
 
 namespace linrec {
 
+// Whether `holds(slot, data)` is true of every tensor a strided launch reads
+// or writes along the scan: all but the initial state (read and written per
+// channel).
+template <typename Params, typename Pred>
+bool all_scanned_tensors(const Params& p, Pred holds) {
+  if constexpr (std::is_same_v<Params, ForwardParams>) {
+    return holds(kFwdInputs, p.inputs) && holds(kFwdCoeffs, p.coeffs) && holds(kFwdOutputs, p.outputs);
+  } else {
+    return holds(kBwdDOutputs, p.d_outputs) && holds(kBwdCoeffs, p.coeffs) && holds(kBwdOutputs, p.outputs) &&
+           holds(kBwdDInputs, p.d_inputs) && holds(kBwdDCoeffs, p.d_coeffs);
+  }
+}
+
 // Whether each lane may scan two adjacent channels: 16-bit storage, and in
-// every tensor but the initial state (read and written per channel) the
-// innermost sequence dimension is unit-stride and even, and every other stride
-// and the base are even, so each lane's pair is one aligned 4-byte word.
-template <typename T, typename Params, size_t N>
-bool strided_pairs_channels(const Params& p, const int (&slots)[N], const void* const (&bases)[N]) {
+// every scanned tensor the innermost sequence dimension is unit-stride and
+// even, and every other stride and the base are even, so each lane's pair is
+// one aligned 4-byte word.
+template <typename T, typename Params>
+bool strided_pairs_channels(const Params& p) {
   const auto& ix = p.index;
   if (sizeof(T) != 2 || ix.num_dims == 0 || ix.sizes[ix.num_dims - 1] % 2 != 0) return false;
-  for (size_t i = 0; i < N; ++i) {
-    const int t = slots[i];
-    if (reinterpret_cast<uintptr_t>(bases[i]) % (2 * sizeof(T)) != 0) return false;
+  return all_scanned_tensors(p, [&](int t, const void* data) {
+    if (reinterpret_cast<uintptr_t>(data) % (2 * sizeof(T)) != 0) return false;
     if (ix.seq_strides[t][ix.num_dims - 1] != 1 || ix.elem_strides[t] % 2 != 0) return false;
     for (int k = 0; k + 1 < ix.num_dims; ++k)
       if (ix.seq_strides[t][k] % 2 != 0) return false;
-  }
-  return true;
-}
-
-template <typename T, typename Params>
-bool strided_pairs_channels(const Params& p) {
-  if constexpr (std::is_same_v<Params, ForwardParams>) {
-    return strided_pairs_channels<T>(p, {kFwdInputs, kFwdCoeffs, kFwdOutputs}, {p.inputs, p.coeffs, p.outputs});
-  } else {
-    return strided_pairs_channels<T>(p, {kBwdDOutputs, kBwdCoeffs, kBwdOutputs, kBwdDInputs, kBwdDCoeffs},
-                                     {p.d_outputs, p.coeffs, p.outputs, p.d_inputs, p.d_coeffs});
-  }
+    return true;
+  });
 }
 
 // Whether the dense few-channel kernel (strided_flat.cuh) runs: rows of at
@@ -57,8 +59,8 @@ bool strided_pairs_channels(const Params& p) {
 // From 32-byte rows a thread's own copies fill whole sectors, and the backward
 // loses. LINREC_STRIDED_FLAT=0 in the environment turns it off (A/B timing).
 constexpr int kFlatMaxRowBytes = 16;
-template <typename T, typename Params, size_t N>
-bool strided_dense_rows(const Params& p, const int (&slots)[N], const void* const (&bases)[N]) {
+template <typename T, typename Params>
+bool strided_dense_rows(const Params& p) {
   static const bool enabled = [] {
     const char* v = std::getenv("LINREC_STRIDED_FLAT");
     return v == nullptr || v[0] != '0';
@@ -66,22 +68,10 @@ bool strided_dense_rows(const Params& p, const int (&slots)[N], const void* cons
   const auto& ix = p.index;
   const int64_t row_bytes = p.num_seqs * static_cast<int64_t>(sizeof(T));
   if (!enabled || row_bytes > kFlatMaxRowBytes || ix.num_dims > 1 || (p.seq_len * row_bytes) % 16 != 0) return false;
-  for (size_t i = 0; i < N; ++i) {
-    const int t = slots[i];
-    if (reinterpret_cast<uintptr_t>(bases[i]) % 16 != 0 || ix.elem_strides[t] != p.num_seqs) return false;
-    if (ix.num_dims == 1 && ix.seq_strides[t][0] != 1) return false;
-  }
-  return true;
-}
-
-template <typename T, typename Params>
-bool strided_dense_rows(const Params& p) {
-  if constexpr (std::is_same_v<Params, ForwardParams>) {
-    return strided_dense_rows<T>(p, {kFwdInputs, kFwdCoeffs, kFwdOutputs}, {p.inputs, p.coeffs, p.outputs});
-  } else {
-    return strided_dense_rows<T>(p, {kBwdDOutputs, kBwdCoeffs, kBwdOutputs, kBwdDInputs, kBwdDCoeffs},
-                                 {p.d_outputs, p.coeffs, p.outputs, p.d_inputs, p.d_coeffs});
-  }
+  return all_scanned_tensors(p, [&](int t, const void* data) {
+    return reinterpret_cast<uintptr_t>(data) % 16 == 0 && ix.elem_strides[t] == p.num_seqs &&
+           (ix.num_dims == 0 || ix.seq_strides[t][0] == 1);
+  });
 }
 
 // Bytes of the strided kernels' workspace (cleared by the launch): a chunk
@@ -154,8 +144,7 @@ cudaFuncAttributes strided_func_attrs(const TileConfig& config) {
   dispatch_config<STRIDED_CONFIG_LIST>(config, [&]<TileConfig C>() {
     // The kernel a contiguous channel-last layout runs: channel pairs for 16-bit storage.
     constexpr int V = sizeof(T) == 2 ? kStridedMaxChannelsPerLane : 1;
-    const cudaError_t err = cudaFuncGetAttributes(&attrs, strided_kernel_for<T, C, V, kBackward, false>());
-    if (err != cudaSuccess) throw std::runtime_error(std::string("linrec: cudaFuncGetAttributes: ") + cudaGetErrorString(err));
+    attrs = kernel_attributes(strided_kernel_for<T, C, V, kBackward, false>());
   }, kBackward ? "linrec_strided_bwd" : "linrec_strided_fwd");
   return attrs;
 }

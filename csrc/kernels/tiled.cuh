@@ -298,20 +298,17 @@ void launch_tiled(const Params& p, const TileConfig& config, cudaStream_t stream
 template <typename T, Schedule S, bool kBackward>
 cudaFuncAttributes tiled_func_attrs(const TileConfig& config, KernelVariant variant) {
   cudaFuncAttributes attrs{};
-  cudaError_t err = cudaSuccess;
   dispatch_config(config, [&]<TileConfig C>() {
     if (variant == KernelVariant::kGeneral) {
-      err = cudaFuncGetAttributes(&attrs, tiled_kernel<T, C, S, kBackward>());
+      attrs = kernel_attributes(tiled_kernel<T, C, S, kBackward>());
     } else if constexpr (S == Schedule::kOneTile && !kBackward && C.memcode == MemCode::kVector) {
       constexpr int E = C.elems_per_thread, NT = C.threads_per_block, A = static_cast<int>(C.algocode);
-      const bool reverse = variant == KernelVariant::kRowsReverse;
-      err = reverse ? cudaFuncGetAttributes(&attrs, tile_rows_fwd_kernel<T, E, NT, A, true>)
-                    : cudaFuncGetAttributes(&attrs, tile_rows_fwd_kernel<T, E, NT, A, false>);
+      attrs = variant == KernelVariant::kRowsReverse ? kernel_attributes(tile_rows_fwd_kernel<T, E, NT, A, true>)
+                                                     : kernel_attributes(tile_rows_fwd_kernel<T, E, NT, A, false>);
     } else {
       throw std::invalid_argument("linrec: only the tile forward with vector loads has an aligned-rows kernel");
     }
   }, tiled_name(S, kBackward).c_str());
-  if (err != cudaSuccess) throw std::runtime_error(std::string("linrec: cudaFuncGetAttributes: ") + cudaGetErrorString(err));
   return attrs;
 }
 
