@@ -68,3 +68,29 @@ def reference_chunked(inputs, coeffs, reverse=False, initial=None, chunk=4096):
         carry = cum[..., k, -1] * carry + local[..., k, -1]
     y = (local + cum * carries.unsqueeze(-1)).reshape(*batch, n * chunk)[..., :length]
     return y.flip(-1) if reverse else y
+
+
+def reference_with_grads(inputs, coeffs, d_outputs, reverse=False, dim=-1, initial=None, chunk=None):
+    """Outputs and gradients (d_inputs, d_coeffs, d_initial) along dim, in float64, for long
+    scans where autograd through `reference` takes seconds. The gradients come from the adjoint
+    recurrence, not autograd: d_inputs is the recurrence of d_outputs run the other way with each
+    coefficient one step later; d_coeffs = d_inputs * (the output one step earlier, the initial
+    state before the first); d_initial = d_inputs * coeffs at the first step. Coefficients of the
+    inputs' full shape. Checked against autograd through `reference` in test_cpu.py."""
+    x = inputs.double().movedim(dim, -1)
+    c = coeffs.double().movedim(dim, -1)
+    g = d_outputs.double().movedim(dim, -1)
+    h0 = torch.zeros(x.shape[:-1], dtype=torch.float64, device=x.device)
+    if initial is not None:
+        h0 = h0 + initial.double()
+    if reverse:
+        x, c, g = x.flip(-1), c.flip(-1), g.flip(-1)
+    chunk = chunk or max(64, int(x.shape[-1] ** 0.5))
+    y = reference_chunked(x, c, False, h0, chunk)
+    c_next = torch.cat([c[..., 1:], torch.zeros_like(c[..., :1])], -1)
+    dx = reference_chunked(g, c_next, True, None, chunk)
+    dc = dx * torch.cat([h0.unsqueeze(-1), y[..., :-1]], -1)
+    dh0 = dx[..., 0] * c[..., 0]
+    if reverse:
+        y, dx, dc = y.flip(-1), dx.flip(-1), dc.flip(-1)
+    return y.movedim(-1, dim), dx.movedim(-1, dim), dc.movedim(-1, dim), dh0

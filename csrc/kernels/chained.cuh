@@ -47,8 +47,8 @@ struct ChainedTile {
 
 // This block's tile, once it is its turn to load if it is in the first wave.
 // The tile number is the block index, not a ticket from an atomic counter in
-// the workspace (as the strided kernels take): blocks start in increasing index
-// order, which CUB's single-pass scan also relies on, and a ticket is an L2
+// the workspace: blocks start in increasing index order, which CUB's
+// single-pass scan also relies on, and a ticket is an L2
 // round trip (about 1.5 µs under full DRAM load) before every block can issue
 // its loads. Measured on the H100 (`python -m linrec.bench --only 2^2`, two
 // builds each way in one device call), µs a call: 1 x 2^24 fwd+bwd bf16

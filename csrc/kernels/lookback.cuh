@@ -8,9 +8,8 @@
 // warp 0 reads the statuses of its 32 nearest predecessors at once, composes
 // the transforms up to the nearest inclusive one, and moves on by that window
 // if none is inclusive yet. A block waits only on blocks that already started,
-// so nothing deadlocks: the chained kernels number tiles by block index (blocks
-// start in increasing index order), the strided kernels take their numbers from
-// an atomic counter in launch order (next_tile_number).
+// so nothing deadlocks: tiles are numbered by block index, and blocks start in
+// increasing index order.
 #pragma once
 #include <cstdint>
 
@@ -52,29 +51,17 @@ struct TileStatus<Acc, false> {
   Acc aggregate_y, aggregate_c, inclusive;
 };
 
-// The workspace: a tile counter (used by the strided kernels), then the statuses of all tiles.
+// The workspace: the statuses of all tiles, zeroed before the launch (workspace.cuh).
 struct ChainWorkspaceLayout {
-  static constexpr int64_t kCounterBytes = 16;
   template <typename Acc>
   static int64_t bytes(int64_t num_tiles) {
-    return kCounterBytes + num_tiles * static_cast<int64_t>(sizeof(TileStatus<Acc>));
-  }
-  static __device__ __forceinline__ unsigned long long* counter(void* base) {
-    return static_cast<unsigned long long*>(base);
+    return num_tiles * static_cast<int64_t>(sizeof(TileStatus<Acc>));
   }
   template <typename Acc>
   static __device__ __forceinline__ TileStatus<Acc>* statuses(void* base) {
-    return reinterpret_cast<TileStatus<Acc>*>(static_cast<char*>(base) + kCounterBytes);
+    return static_cast<TileStatus<Acc>*>(base);
   }
 };
-
-// This block's tile number, in launch order (one atomic per block).
-__device__ __forceinline__ int64_t next_tile_number(void* workspace) {
-  __shared__ unsigned long long number;
-  if (threadIdx.x == 0) number = atomicAdd(ChainWorkspaceLayout::counter(workspace), 1ull);
-  __syncthreads();
-  return static_cast<int64_t>(number);
-}
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 // The L2 policy of status writes and loads (not of the atomic reads, see

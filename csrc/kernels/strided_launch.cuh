@@ -74,9 +74,9 @@ bool strided_dense_rows(const Params& p) {
   });
 }
 
-// Bytes of the strided kernels' workspace (cleared by the launch): a chunk
-// counter and one status per (chunk, sequence), sequences padded to a whole
-// group, for either lane width (the launch picks it from the strides).
+// Bytes of the strided kernels' workspace (cleared by the launch): one status
+// per (chunk, sequence), sequences padded to a whole group, for either lane
+// width (the launch picks it from the strides).
 template <typename T>
 int64_t strided_workspace_bytes(int64_t num_seqs, int64_t seq_len, const TileConfig& config) {
   int64_t statuses = 0;
@@ -96,8 +96,8 @@ void launch_strided_with(const Params& p, bool dense_rows, cudaStream_t stream, 
   if (blocks > 0x7fffffff) throw std::runtime_error("linrec: " + name + " needs more than 2^31-1 blocks");
   if (blocks == 0) return;
   constexpr int smem = strided_dynamic_smem_bytes<T, C, V, kBackward>();
-  // Static: the slices' totals, and the block's chunk number (next_tile_number).
-  constexpr int kStaticSmem = sizeof(StridedStorage<acc_t<T>, V>) + 16;
+  // Static: the slices' totals.
+  constexpr int kStaticSmem = sizeof(StridedStorage<acc_t<T>, V>);
   // Lane groups are a kernel of their own, so that the one-slice kernel's
   // layout folds to constants: one kernel for both took the bench's
   // (8, 4096, 2048) bf16 forward from 149.8 to 153.8-155.0 µs (H100, three

@@ -1,6 +1,6 @@
 // Clearing the look-back workspace (lookback.cuh) of the chained and strided kernels.
 //
-// The statuses must read kNotReady, and the tile counter 0, when the scan starts.
+// The statuses must read kNotReady when the scan starts.
 // A zero fill from torch would be a node of its own in the stream, with the full
 // gap of a kernel launch before the scan. Cleared here instead, as a programmatic
 // dependent launch (grid_launch.cuh), the clear kernel lets the scan launch at
