@@ -347,9 +347,9 @@ def test_channel_last_few_channels_auto(dtype, reverse, rows, channels):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("reverse", [False, True])
 def test_channel_last_many_waves(shape, dtype, reverse):
-    """linrec.linrec over dim=1 with more strided blocks than an H100 holds at once, so the
-    first wave takes turns (wait_for_turn): many channel groups of a few chunks, and one
-    group of few dense channels over hundreds of chunks."""
+    """linrec.linrec over dim=1 with more strided blocks than an H100 holds at once, so blocks
+    numbered by their index look back across waves: many channel groups of a few chunks, and
+    one group of few dense channels over hundreds of chunks."""
     x, c = inputs(shape, dtype)
     h0 = torch.randn(shape[0], shape[2], device="cuda").to(dtype)
     check_fwd_bwd(linrec.linrec, x, c, h0, reverse, dim=1)

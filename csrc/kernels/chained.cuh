@@ -47,11 +47,11 @@ struct ChainedTile {
 
 // This block's tile, once it is its turn to load if it is in the first wave.
 // The tile number is the block index, not a ticket from an atomic counter in
-// the workspace: blocks start in increasing index order, which CUB's
-// single-pass scan also relies on, and a ticket is an L2
-// round trip (about 1.5 µs under full DRAM load) before every block can issue
-// its loads. Measured on the H100 (`python -m linrec.bench --only 2^2`, two
-// builds each way in one device call), µs a call: 1 x 2^24 fwd+bwd bf16
+// the workspace: blocks start in increasing index order, which CUB's single-pass
+// scan also relies on, and a ticket is an L2 round trip (about 1.5 µs under full
+// DRAM load) before every block can issue its loads. Measured on the H100
+// (`python -m linrec.bench --only 2^2`, two builds each way in one device
+// call), µs a call: 1 x 2^24 fwd+bwd bf16
 // 113.7-113.8 -> 109.3-109.4 (0.79 -> 0.82 of copy), fp32 204.8-205.9 ->
 // 200.4-201.3; bf16 forward 45.0-45.3 -> 43.6-44.3, fp32 within the spread.
 template <typename Acc>
