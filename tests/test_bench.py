@@ -1,4 +1,5 @@
-"""The benchmark's input cycling (python -m linrec.bench): a pass over the copies moves at least twice L2."""
+"""The benchmark's input cycling (python -m linrec.bench): a pass over the copies moves at least twice L2;
+and scripts/check_floors.py's verdicts on a hand-made bench file."""
 
 import pytest
 import torch
@@ -28,3 +29,51 @@ def test_input_sets_large_case_is_not_copied():
     x, c = torch.randn(8, 1 << 16), torch.rand(8, 1 << 16)
     (only,) = input_sets(x, c, False, l2_bytes=1 << 20)
     assert only[0] is x and only[1] is c
+
+
+def load_check_floors():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "check_floors.py"
+    spec = importlib.util.spec_from_file_location("check_floors", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def bench_row(case, backward, impl, gbs, ms, dtype="float32"):
+    return dict(case=case, dtype=dtype, backward=backward, impl=impl, gbs=gbs, ms=ms)
+
+
+def test_check_floors_verdicts():
+    """scripts/check_floors.py applies each kind of floor to a hand-made bench file: fractions
+    of copy, fractions relative to the baseline's, and times relative to the baseline's."""
+    rows = [
+        # L >= 4096: 2880 / 3000 = 0.96 >= 0.95 forward; 2700 / 3000 = 0.90 < 0.92 fwd+bwd.
+        bench_row("grid L=4096", False, "torch.add", 3000, 1.0), bench_row("grid L=4096", False, "linrec", 2880, 1.0),
+        bench_row("grid L=4096", True, "torch.mul fwd+bwd", 2700, 1.0),
+        bench_row("grid L=4096", True, "linrec", 2700, 1.0),
+        # L = 1024: 0.97 x the add's 0.90 is 0.873; 2600 / 3000 = 0.867 misses, 2640 / 3000 = 0.88 (bf16) meets.
+        bench_row("grid L=1024", False, "torch.add", 2700, 1.0), bench_row("grid L=1024", False, "linrec", 2600, 1.0),
+        bench_row("grid L=1024", False, "torch.add", 2700, 1.0, "bfloat16"),
+        bench_row("grid L=1024", False, "linrec", 2640, 1.0, "bfloat16"),
+        # L = 64: time 1.15x the add's misses 1.1x; fwd+bwd 1.15x meets 1.2x.
+        bench_row("grid L=64", False, "torch.add", 1000, 2.0), bench_row("grid L=64", False, "linrec", 900, 2.3),
+        bench_row("grid L=64", True, "torch.mul fwd+bwd", 1000, 2.0), bench_row("grid L=64", True, "linrec", 900, 2.3),
+        # Few long sequences: 2580 / 3000 = 0.86 >= 0.85 forward.
+        bench_row("1 x 2^24", False, "torch.add", 2900, 1.0), bench_row("1 x 2^24", False, "linrec", 2580, 1.0),
+        # No baseline in the file: no verdict.
+        bench_row("4 x 2^22", True, "linrec", 1000, 1.0),
+    ]
+    verdicts = load_check_floors().check({"copy_gbs": 3000.0, "rows": rows})
+    got = {(v["case"], v["dtype"], v["backward"]): v["ok"] for v in verdicts}
+    assert got == {
+        ("grid L=4096", "float32", False): True,
+        ("grid L=4096", "float32", True): False,
+        ("grid L=1024", "float32", False): False,
+        ("grid L=1024", "bfloat16", False): True,
+        ("grid L=64", "float32", False): False,
+        ("grid L=64", "float32", True): True,
+        ("1 x 2^24", "float32", False): True,
+    }

@@ -1,0 +1,67 @@
+"""Each of linrec's figures in a `python -m linrec.bench --json` file against its floor
+(TARGETS.md, issue 4), with the margin, so a run's verdicts need no arithmetic by hand.
+
+The floors, as fractions of the run's copy bandwidth or ratios to the same run's baselines:
+  grid L >= 4096           fwd >= 0.95 of copy, fwd+bwd >= 0.92
+  grid L = 1024, 2048      fwd >= 0.97 x torch.add's fraction, fwd+bwd >= 0.97 x the elementwise fwd+bwd's
+  grid 16 <= L <= 512      fwd time <= 1.1 x torch.add's, fwd+bwd time <= 1.2 x the elementwise fwd+bwd's
+  any other case           fwd >= 0.85 of copy, fwd+bwd >= 0.80 (few long sequences, channel-last)
+The same floors hold for every dtype.
+
+Usage: python scripts/check_floors.py benchmarks/bench_h100.json [--impl linrec]
+Exits 1 if any floor is missed.
+"""
+
+import argparse
+import json
+import sys
+
+BASELINES = {False: "torch.add", True: "torch.mul fwd+bwd"}
+
+
+def floor_of(case, backward, ours, base, copy_gbs):
+    """(figure, floor, higher_is_better, what) for one linrec row and its same-run baseline."""
+    if case.startswith("grid L="):
+        length = int(case.split("=")[1])
+        if length >= 4096:
+            return ours["gbs"] / copy_gbs, 0.92 if backward else 0.95, True, "of copy"
+        if length in (1024, 2048):
+            return ours["gbs"] / copy_gbs, 0.97 * base["gbs"] / copy_gbs, True, "of copy (0.97 x baseline)"
+        return ours["ms"] / base["ms"], 1.2 if backward else 1.1, False, "x baseline time"
+    return ours["gbs"] / copy_gbs, 0.80 if backward else 0.85, True, "of copy"
+
+
+def check(bench, impl="linrec"):
+    """One verdict a (case, dtype, pass) that has both impl and its baseline: a list of
+    dicts with case, dtype, backward, figure, floor, what and ok."""
+    rows = {(r["case"], r["dtype"], r["backward"], r["impl"]): r for r in bench["rows"]}
+    verdicts = []
+    for (case, dtype, backward, name), ours in rows.items():
+        base = rows.get((case, dtype, backward, BASELINES[backward]))
+        if name != impl or base is None:
+            continue
+        figure, floor, higher, what = floor_of(case, backward, ours, base, bench["copy_gbs"])
+        ok = figure >= floor if higher else figure <= floor
+        verdicts.append(dict(case=case, dtype=dtype, backward=backward, figure=figure, floor=floor, what=what, ok=ok))
+    return verdicts
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("path")
+    parser.add_argument("--impl", default="linrec")
+    args = parser.parse_args(argv)
+    bench = json.load(open(args.path))
+    verdicts = check(bench, args.impl)
+    print(f"{bench.get('device', '?')}, copy {bench['copy_gbs']:.0f} GB/s: {args.impl} against the floors")
+    for v in verdicts:
+        mark = "ok  " if v["ok"] else "MISS"
+        pass_ = "fwd+bwd" if v["backward"] else "fwd"
+        print(f"{mark} {v['case']:<22} {v['dtype']:<9} {pass_:<8} {v['figure']:.3f} vs {v['floor']:.3f} {v['what']}")
+    missed = [v for v in verdicts if not v["ok"]]
+    print(f"{len(verdicts) - len(missed)} of {len(verdicts)} floors met")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
