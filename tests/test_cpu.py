@@ -81,6 +81,19 @@ def test_low_precision_dtypes(dtype):
     assert rel_error(out, reference(x, c)) < tol
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_low_precision_channel_last(dtype, reverse):
+    """(B, T, D) scanned over T: the kernel walks neighbouring channels together (cpu_kernels.cpp)."""
+    x = torch.randn(3, 300, 40).to(dtype)
+    c = rand_coeffs(3, 300, 40).to(dtype)
+    h0 = torch.randn(3, 40).to(dtype)
+    out = CPU_IMPLS["linrec"](x, c, reverse, dim=1, initial=h0)
+    assert out.dtype == dtype
+    tol = 1e-6 if dtype == torch.float32 else 1e-2
+    assert rel_error(out, reference(x, c, reverse, 1, h0)) < tol
+
+
 def test_nan_and_inf_propagate():
     x = torch.randn(2, 8, dtype=torch.float64)
     x[0, 3] = float("nan")
