@@ -134,29 +134,27 @@ void bwd_run(const BackwardParams& p, const SeqRun<kNumBwdSlots>& r) {
   const int lanes = kOneLane ? 1 : r.lanes;
   Acc grad[kMaxLanes], next_coeff[kMaxLanes];  // d_inputs and coeffs at the step after this one
   for (int k = 0; k < lanes; ++k) grad[k] = Acc(0), next_coeff[k] = Acc(0);
-  for (int64_t i = p.seq_len - 1; i >= 0; --i) {
+  // One step of every lane; prev_out(k) is the forward's output one step before it.
+  auto step = [&](int64_t i, auto prev_out) {
     const T* __restrict__ dys = dy + at(kBwdDOutputs, i);
     const T* __restrict__ cs = c + at(kBwdCoeffs, i);
     T* __restrict__ dxs = dx + at(kBwdDInputs, i);
     T* __restrict__ dcs = dc + at(kBwdDCoeffs, i);
-    if (i > 0) {
-      const T* __restrict__ prev = y + at(kBwdOutputs, i - 1);
-      for (int k = 0; k < lanes; ++k) {
-        grad[k] = next_coeff[k] * grad[k] + static_cast<Acc>(dys[k]);
-        dxs[k] = static_cast<T>(grad[k]);
-        dcs[k] = static_cast<T>(grad[k] * static_cast<Acc>(prev[k]));
-        next_coeff[k] = static_cast<Acc>(cs[k]);
-      }
-    } else {
-      for (int k = 0; k < lanes; ++k) {
-        const Acc init = h0 ? static_cast<Acc>(h0[r.first[kBwdInitial] + k * r.lane_stride[kBwdInitial]]) : Acc(0);
-        grad[k] = next_coeff[k] * grad[k] + static_cast<Acc>(dys[k]);
-        dxs[k] = static_cast<T>(grad[k]);
-        dcs[k] = static_cast<T>(grad[k] * init);
-        next_coeff[k] = static_cast<Acc>(cs[k]);
-      }
+    for (int k = 0; k < lanes; ++k) {
+      grad[k] = next_coeff[k] * grad[k] + static_cast<Acc>(dys[k]);
+      dxs[k] = static_cast<T>(grad[k]);
+      dcs[k] = static_cast<T>(grad[k] * prev_out(k));
+      next_coeff[k] = static_cast<Acc>(cs[k]);
     }
+  };
+  for (int64_t i = p.seq_len - 1; i > 0; --i) {
+    const T* __restrict__ prev = y + at(kBwdOutputs, i - 1);
+    step(i, [&](int k) { return static_cast<Acc>(prev[k]); });
   }
+  if (p.seq_len > 0)  // before the first step, the initial state
+    step(0, [&](int k) {
+      return h0 ? static_cast<Acc>(h0[r.first[kBwdInitial] + k * r.lane_stride[kBwdInitial]]) : Acc(0);
+    });
   for (int k = 0; k < lanes; ++k)
     dh0[r.first[kBwdDInitial] + k * r.lane_stride[kBwdDInitial]] = static_cast<T>(grad[k] * next_coeff[k]);
 }
