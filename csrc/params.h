@@ -83,12 +83,15 @@ struct AlignedRows {
 // the tile `lead` numbers before them has published its aggregate.
 // first_wave = 0 (the launch's tiles fit in one wave): no waiting. Once its
 // own inputs have landed, a forward tile asks L2 to prefetch those of the tile
-// `prefetch_ahead` numbers after it (0: none; see prefetch_later_tile).
+// `prefetch_ahead` numbers after it (0: none; see prefetch_later_tile). Tiles
+// are numbered across the sequences if `interleaved`, else sequence by sequence
+// (TileNumbering in chained.cuh).
 struct ChainLead {
   int64_t lead = 0;
   int64_t first_wave = 0;
   int64_t pace_ps = 0;
   int64_t prefetch_ahead = 0;
+  bool interleaved = false;
   constexpr bool many_waves() const { return first_wave > 0; }
 };
 

@@ -455,6 +455,20 @@ def test_long_sequences_16bit(dtype, reverse):
     check_long(linrec.linrec, x, c, h0, reverse, TOL[dtype])
 
 
+@pytest.mark.parametrize("num_seqs", [16, 17], ids=["interleaved", "sequence_by_sequence"])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_chained_backward_tile_orders(num_seqs, reverse):
+    """The chained backward numbers the tiles of up to 16 sequences across the sequences, and
+    of more sequence by sequence (kMaxInterleavedSeqs in chained.cuh): both orders, over
+    several waves of tiles, each sequence's last tile partial, with long memory so that a
+    state entering the wrong tile shows."""
+    shape = (num_seqs, 2**20 + 5)
+    x = torch.randn(shape, device="cuda").to(torch.bfloat16)
+    c = torch.where(torch.rand(shape, device="cuda") < 0.9, 1.0, 1.0 - 2**-8).to(torch.bfloat16)
+    h0 = torch.randn(num_seqs, device="cuda").to(torch.bfloat16)
+    check_long(gpu_impls()["cuda.linrec_chained"], x, c, h0, reverse, TOL[torch.bfloat16])
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("reverse", [False, True])
 def test_sum_backward_chained(dtype, reverse):

@@ -2,10 +2,10 @@
 //
 // One block per sequence leaves an H100 idle when there are fewer sequences
 // than multiprocessors. Here every tile of E * NT elements gets its own block:
-// tiles are numbered sequence by sequence in scan order, block b takes tile b
-// (blocks start in increasing index order, so a block waits only on blocks that
-// already started: no deadlock), and each tile finds the state before it by
-// decoupled look-back over the tiles before it (lookback.cuh).
+// block b takes tile number b (TileNumbering), each tile finds the state
+// before it by decoupled look-back over the tiles before it in its sequence
+// (lookback.cuh), and blocks start in increasing index order, so a block waits
+// only on blocks that already started: no deadlock.
 //
 // Measured and dropped (H100, 1 x 2^24 fp32): a persistent grid whose blocks
 // prefetch their next tile during the look-back ran at 0.45 of copy against
@@ -45,6 +45,41 @@ struct ChainedTile {
   int64_t seq, k;
 };
 
+// Tile numbers (block indices) in one of two orders: sequence by sequence, in
+// scan order, or interleaved across the sequences, tile k of every sequence
+// before tile k + 1 of any. Interleaved, each sequence's chain of look-backs
+// loads num_seqs times slower than the launch, so its resolved frontier has
+// fewer tiles to cross behind the loaded one. Statuses are stored sequence by
+// sequence either way (status_index), so a walk reads its sequence's side by
+// side. Which order a launch takes: kMaxInterleavedSeqs below.
+struct TileNumbering {
+  int64_t num_seqs, tiles_per_seq;
+  bool interleaved;
+  __device__ __forceinline__ ChainedTile tile(int64_t number) const {
+    if (interleaved) return {number % num_seqs, number / num_seqs};
+    return {number / tiles_per_seq, number % tiles_per_seq};
+  }
+  __device__ __forceinline__ int64_t status_index(int64_t number) const {
+    const ChainedTile t = tile(number);
+    return t.seq * tiles_per_seq + t.k;
+  }
+};
+
+// The backward interleaves the tiles of up to this many sequences; the forward,
+// and the backward of more sequences, number them sequence by sequence.
+// Measured on the H100 (one build switched at run time, the chained kernel's
+// call in scripts/shape_sweep.py, two runs each, one device call), µs fwd+bwd,
+// sequence by sequence -> interleaved: bf16 4 x 2^22 116.5 -> 109.2, 8 x 2^20
+// 68.5 -> 63.2, 8 x 2^22 207.4 -> 199.0, 16 x 2^20 112.7 -> 106.0, 16 x 2^22
+// 387.5 -> 383.3, 64 x 2^18 107.6 -> 103.6; fp32 2 x 2^22 104.9 -> 100.7,
+// 4 x 2^20 58.7 -> 54.8, 16 x 2^18 57.4 -> 54.6. With 64 sequences of 2^20 and
+// 528 of 2^16 it lost 2.6-5% (fp32 64 x 2^20 733 -> 770), and the forward
+// alone lost or gained within 2% from 2 sequences on (fp32 16 x 2^20 73.0 ->
+// 75.4, 4 x 2^22 74.5 -> 75.9), 5-9% with 64 or 528. The forward prefetches
+// later tiles into L2 (prefetch_later_tile) and the backward does not, which
+// may be why only the backward gains (not measured apart).
+constexpr int64_t kMaxInterleavedSeqs = 16;
+
 // This block's tile, once it is its turn to load if it is in the first wave.
 // The tile number is the block index, not a ticket from an atomic counter in
 // the workspace: blocks start in increasing index order, which CUB's single-pass
@@ -55,10 +90,11 @@ struct ChainedTile {
 // 113.7-113.8 -> 109.3-109.4 (0.79 -> 0.82 of copy), fp32 204.8-205.9 ->
 // 200.4-201.3; bf16 forward 45.0-45.3 -> 43.6-44.3, fp32 within the spread.
 template <typename Acc>
-__device__ __forceinline__ ChainedTile chained_tile(void* workspace, int64_t tiles_per_seq, const ChainLead& lead) {
+__device__ __forceinline__ ChainedTile chained_tile(void* workspace, const TileNumbering& numbering,
+                                                   const ChainLead& lead) {
   const int64_t number = blockIdx.x;
-  wait_for_turn<Acc>(workspace, number, lead);
-  return {number / tiles_per_seq, number % tiles_per_seq};
+  wait_for_turn<Acc>(workspace, number, lead, [&](int64_t n) { return numbering.status_index(n); });
+  return numbering.tile(number);
 }
 
 // What a chained block knows of its tile before loading it, the same for both
@@ -96,7 +132,8 @@ __device__ __forceinline__ ChainedBlock<T, kBackward> chained_block(const Params
   B b;
   b.rev = kBackward != p.reverse;
   const TileOrder tiles = tile_order<kTileLen, false>(p.seq_len, b.rev);
-  b.tile = chained_tile<Acc>(p.chain_workspace, tiles.num_tiles, p.chain_lead);
+  const TileNumbering numbering{p.num_seqs, tiles.num_tiles, p.chain_lead.interleaved};
+  b.tile = chained_tile<Acc>(p.chain_workspace, numbering, p.chain_lead);
   p.index.offsets(b.tile.seq, b.off);
   b.start = tiles.start(b.tile.k);
   b.len = p.seq_len;
@@ -139,9 +176,10 @@ __device__ __forceinline__ void prefetch_later_tile(const Params& p, const Block
   const int64_t later = static_cast<int64_t>(blockIdx.x) + p.chain_lead.prefetch_ahead;
   if (threadIdx.x != 0 || p.chain_lead.prefetch_ahead == 0 || later >= gridDim.x) return;
   const TileOrder tiles = tile_order<kTileLen, false>(p.seq_len, b.rev);
+  const ChainedTile tile = TileNumbering{p.num_seqs, tiles.num_tiles, p.chain_lead.interleaved}.tile(later);
   int64_t off[kNumFwdSlots];
-  p.index.offsets(later / tiles.num_tiles, off);
-  const int64_t start = tiles.start(later % tiles.num_tiles);
+  p.index.offsets(tile.seq, off);
+  const int64_t start = tiles.start(tile.k);
   const int64_t count = (start + kTileLen < b.len ? start + kTileLen : b.len) - start;
   // The tensors' bases, from this tile's sequence offsets; unit-stride tensors only (a
   // broadcast one, stride 0, is one value).
@@ -446,13 +484,14 @@ void launch_chained(const Params& p, const TileConfig& config, cudaStream_t stre
   dispatch_config<CHAINED_CONFIG_LIST>(config, [&]<TileConfig C>() {
     constexpr auto kernel = chained_kernel_for<T, C, kBackward>();
     constexpr int smem = chained_dynamic_smem_bytes<T, C, kBackward>();
-    allow_dynamic_smem<C, smem>(kernel, name);
+    allow_dynamic_smem<kernel, C, smem>(name);
     if (p.chain_workspace == nullptr) throw std::runtime_error("linrec: " + name + " needs a workspace");
     const int64_t blocks = p.num_seqs * tile_order<C.tile_len(), false>(p.seq_len, false).num_tiles;
     if (blocks > 0x7fffffff) throw std::runtime_error("linrec: " + name + " needs more than 2^31-1 blocks");
     if (blocks == 0) return;
     Params q = p;
     q.chain_lead = chained_lead<kernel, C.threads_per_block, smem>(blocks, 2 * C.tile_len() * int64_t(sizeof(T)));
+    q.chain_lead.interleaved = kBackward && p.num_seqs <= kMaxInterleavedSeqs;
     launch_kernel<kernel>(static_cast<unsigned>(blocks), C.threads_per_block, smem, stream, q);
     check_launch(name.c_str());
   }, name.c_str());

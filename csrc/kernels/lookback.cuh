@@ -209,9 +209,10 @@ constexpr int kTileStatusSpacing = 4;
 //     within 0.7 µs. A model on per-tile timestamps (not a counter) put DRAM
 //     at 0.76-0.78 of copy from 1 to 5 µs without it, 0.93-0.98 from 2 to
 //     4 µs with it (8 ns a tile).
-// Called by the whole block.
-template <typename Acc>
-__device__ __forceinline__ void wait_for_turn(void* workspace, int64_t number, const ChainLead& lead) {
+// Called by the whole block; status_index(n) is where tile number n's status lies.
+template <typename Acc, typename StatusIndex>
+__device__ __forceinline__ void wait_for_turn(void* workspace, int64_t number, const ChainLead& lead,
+                                              StatusIndex status_index) {
   if (number >= lead.first_wave) return;
   if (threadIdx.x == 0) {
     if (lead.pace_ps > 0) {
@@ -225,7 +226,7 @@ __device__ __forceinline__ void wait_for_turn(void* workspace, int64_t number, c
     }
     if (lead.lead > 0 && number >= lead.lead) {  // lead 0 (a first wave of one tile): no tile to wait on
       const TileStatus<Acc>* statuses = ChainWorkspaceLayout::statuses<Acc>(workspace);
-      wait_status<StatusRead::kAtomic>(statuses + (number - lead.lead) * kTileStatusSpacing);
+      wait_status<StatusRead::kAtomic>(statuses + status_index(number - lead.lead) * kTileStatusSpacing);
     }
   }
   __syncthreads();

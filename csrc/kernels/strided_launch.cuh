@@ -96,22 +96,20 @@ void launch_strided_with(const Params& p, bool dense_rows, cudaStream_t stream, 
   if (blocks > 0x7fffffff) throw std::runtime_error("linrec: " + name + " needs more than 2^31-1 blocks");
   if (blocks == 0) return;
   constexpr int smem = strided_dynamic_smem_bytes<T, C, V, kBackward>();
-  // Static: the slices' totals.
-  constexpr int kStaticSmem = sizeof(StridedStorage<acc_t<T>, V>);
   // Lane groups are a kernel of their own, so that the one-slice kernel's
   // layout folds to constants: one kernel for both took the bench's
   // (8, 4096, 2048) bf16 forward from 149.8 to 153.8-155.0 µs (H100, three
   // device calls, scripts/shape_sweep.py).
   auto launch = [&]<bool kLaneGroups>() {
     constexpr auto kernel = strided_kernel_for<T, C, V, kBackward, kLaneGroups>();
-    allow_dynamic_smem<C, smem, kStaticSmem>(kernel, name);
+    allow_dynamic_smem<kernel, C, smem>(name);
     launch_kernel<kernel>(static_cast<unsigned>(blocks), C.threads_per_block, smem, stream, p);
   };
   if constexpr (C.memcode == MemCode::kStaged) {
     if (layout.slices_per_warp > 1 && dense_rows) {
       constexpr int E = C.elems_per_thread, NT = C.threads_per_block;
       constexpr auto kernel = strided_flat_kernel<T, E, NT, V, kBackward, Params>;
-      allow_dynamic_smem<C, flat_max_smem_bytes<T, E, NT, V, kBackward>(), kStaticSmem>(kernel, name);
+      allow_dynamic_smem<kernel, C, flat_max_smem_bytes<T, E, NT, V, kBackward>()>(name);
       const int flat_smem = flat_smem_bytes<T, E, NT, V, kBackward>(p.num_seqs);
       launch_kernel<kernel>(static_cast<unsigned>(blocks), NT, flat_smem, stream, p);
       return check_launch(name.c_str());

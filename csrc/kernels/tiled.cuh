@@ -256,14 +256,18 @@ inline std::string tiled_name(Schedule s, bool backward) {
   return std::string("linrec_") + (s == Schedule::kOneTile ? "tile" : "pipe") + (backward ? "_bwd" : "_fwd");
 }
 
-// Shared memory beyond the default 48 KiB, where a config stages that much:
-// kSmem dynamic bytes, on top of the kernel's static kStaticSmem (at most).
-template <TileConfig C, int kSmem, int kStaticSmem = 0, typename Kernel>
-void allow_dynamic_smem(Kernel kernel, const std::string& name) {
-  if constexpr (kSmem + kStaticSmem > 48 * 1024) {
-    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+// Raises kKernel's limit of dynamic shared memory to kSmem bytes where a block
+// would otherwise not launch: past 48 KiB of shared memory in all, counting the
+// kernel's static shared memory as compiled (the same for every architecture:
+// it is declared, not tuned).
+template <auto kKernel, TileConfig C, int kSmem>
+void allow_dynamic_smem(const std::string& name) {
+  if constexpr (kSmem > 0) {
+    static const int static_bytes = static_cast<int>(kernel_attributes(kKernel).sharedSizeBytes);
+    if (kSmem + static_bytes <= 48 * 1024) return;
+    const cudaError_t err = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
     if (err != cudaSuccess)
-      throw std::runtime_error("linrec: " + name + " needs " + std::to_string(kSmem) +
+      throw std::runtime_error("linrec: " + name + " needs " + std::to_string(kSmem + static_bytes) +
                                " bytes of shared memory for " + C.to_string() + ": " + cudaGetErrorString(err));
   }
 }
@@ -276,7 +280,7 @@ void launch_tiled(const Params& p, const TileConfig& config, cudaStream_t stream
   dispatch_config(config, [&]<TileConfig C>() {
     constexpr auto kernel = tiled_kernel<T, C, S, kBackward>();
     constexpr int smem = tiled_dynamic_smem_bytes<acc_t<T>, C>();
-    allow_dynamic_smem<C, smem>(kernel, name);
+    allow_dynamic_smem<kernel, C, smem>(name);
     if (p.num_seqs > 0x7fffffff) throw std::runtime_error("linrec: " + name + " needs more than 2^31-1 blocks");
     const unsigned grid = static_cast<unsigned>(p.num_seqs);
     if constexpr (S == Schedule::kOneTile && !kBackward && C.memcode == MemCode::kVector) {
