@@ -51,7 +51,7 @@ struct ChainedTile {
 // loads num_seqs times slower than the launch, so its resolved frontier has
 // fewer tiles to cross behind the loaded one. Statuses are stored sequence by
 // sequence either way (status_index), so a walk reads its sequence's side by
-// side. Which order a launch takes: kMaxInterleavedSeqs below.
+// side. Which order a launch takes: kMaxInterleavedSeqsBwd below.
 struct TileNumbering {
   int64_t num_seqs, tiles_per_seq;
   bool interleaved;
@@ -65,20 +65,25 @@ struct TileNumbering {
   }
 };
 
-// The backward interleaves the tiles of up to this many sequences; the forward,
-// and the backward of more sequences, number them sequence by sequence.
-// Measured on the H100 (one build switched at run time, the chained kernel's
-// call in scripts/shape_sweep.py, two runs each, one device call), µs fwd+bwd,
-// sequence by sequence -> interleaved: bf16 4 x 2^22 116.5 -> 109.2, 8 x 2^20
-// 68.5 -> 63.2, 8 x 2^22 207.4 -> 199.0, 16 x 2^20 112.7 -> 106.0, 16 x 2^22
-// 387.5 -> 383.3, 64 x 2^18 107.6 -> 103.6; fp32 2 x 2^22 104.9 -> 100.7,
-// 4 x 2^20 58.7 -> 54.8, 16 x 2^18 57.4 -> 54.6. With 64 sequences of 2^20 and
-// 528 of 2^16 it lost 2.6-5% (fp32 64 x 2^20 733 -> 770), and the forward
-// alone lost or gained within 2% from 2 sequences on (fp32 16 x 2^20 73.0 ->
-// 75.4, 4 x 2^22 74.5 -> 75.9), 5-9% with 64 or 528. The forward prefetches
-// later tiles into L2 (prefetch_later_tile) and the backward does not, which
-// may be why only the backward gains (not measured apart).
-constexpr int64_t kMaxInterleavedSeqs = 16;
+// Which launches interleave: the backward's of up to 16 sequences, the
+// forward's of up to 4. Measured on the H100, one build switched at run time,
+// the chained kernel's call in scripts/shape_sweep.py (µs, two runs each).
+//  - Backward and forward interleaved against neither, one device call, fwd+bwd:
+//    bf16 4 x 2^22 116.5 -> 109.2, 8 x 2^20 68.5 -> 63.2, 8 x 2^22 207.4 ->
+//    199.0, 16 x 2^20 112.7 -> 106.0, 64 x 2^18 107.6 -> 103.6; fp32 2 x 2^22
+//    104.9 -> 100.7, 4 x 2^20 58.7 -> 54.8. With 64 sequences of 2^20 and 528 of
+//    2^16 it lost 2.6-5% (fp32 64 x 2^20 733 -> 770), hence 16.
+//  - The forward interleaved or not, the backward interleaved, another call:
+//    fwd+bwd 1-3% faster interleaved from 2 to 16 sequences (bf16 4 x 2^22
+//    110.1 -> 107.1, 8 x 2^22 201.4 -> 198.4; fp32 2 x 2^22 101.7 -> 100.0),
+//    while the forward alone ran even up to 4 sequences and 2-5% slower from 8
+//    (bf16 8 x 2^20 23.6 -> 25.0, 16 x 2^20 40.2 -> 41.8), hence 4. A likely reading
+//    of the fwd+bwd gain, not measured: an interleaved forward writes every
+//    sequence's last tiles last, and the backward reads those first, from L2.
+// The bench's 4 x 2^22 bf16 fwd+bwd, four device calls: 0.77-0.81 of copy with
+// neither interleaved, 0.82-0.85 with both.
+constexpr int64_t kMaxInterleavedSeqsBwd = 16;
+constexpr int64_t kMaxInterleavedSeqsFwd = 4;
 
 // This block's tile, once it is its turn to load if it is in the first wave.
 // The tile number is the block index, not a ticket from an atomic counter in
@@ -491,7 +496,7 @@ void launch_chained(const Params& p, const TileConfig& config, cudaStream_t stre
     if (blocks == 0) return;
     Params q = p;
     q.chain_lead = chained_lead<kernel, C.threads_per_block, smem>(blocks, 2 * C.tile_len() * int64_t(sizeof(T)));
-    q.chain_lead.interleaved = kBackward && p.num_seqs <= kMaxInterleavedSeqs;
+    q.chain_lead.interleaved = p.num_seqs <= (kBackward ? kMaxInterleavedSeqsBwd : kMaxInterleavedSeqsFwd);
     launch_kernel<kernel>(static_cast<unsigned>(blocks), C.threads_per_block, smem, stream, q);
     check_launch(name.c_str());
   }, name.c_str());
