@@ -459,9 +459,10 @@ def test_long_sequences_16bit(dtype, reverse):
 @pytest.mark.parametrize("reverse", [False, True])
 def test_chained_backward_tile_orders(num_seqs, reverse):
     """The chained backward numbers the tiles of up to 16 sequences across the sequences, and
-    of more sequence by sequence (kMaxInterleavedSeqs in chained.cuh): both orders, over
+    of more sequence by sequence (kMaxInterleavedSeqsBwd in chained.cuh): both orders, over
     several waves of tiles, each sequence's last tile partial, with long memory so that a
-    state entering the wrong tile shows."""
+    state entering the wrong tile shows. (The forward interleaves up to 4 sequences:
+    test_long_sequences and test_long_sequences_16bit.)"""
     shape = (num_seqs, 2**20 + 5)
     x = torch.randn(shape, device="cuda").to(torch.bfloat16)
     c = torch.where(torch.rand(shape, device="cuda") < 0.9, 1.0, 1.0 - 2**-8).to(torch.bfloat16)

@@ -51,7 +51,7 @@ struct ChainedTile {
 // loads num_seqs times slower than the launch, so its resolved frontier has
 // fewer tiles to cross behind the loaded one. Statuses are stored sequence by
 // sequence either way (status_index), so a walk reads its sequence's side by
-// side. Which order a launch takes: kMaxInterleavedSeqsBwd below.
+// side. Which order a launch takes: kMaxInterleavedSeqsBwd / Fwd below.
 struct TileNumbering {
   int64_t num_seqs, tiles_per_seq;
   bool interleaved;
@@ -70,18 +70,21 @@ struct TileNumbering {
 // the chained kernel's call in scripts/shape_sweep.py (µs, two runs each).
 //  - Backward and forward interleaved against neither, one device call, fwd+bwd:
 //    bf16 4 x 2^22 116.5 -> 109.2, 8 x 2^20 68.5 -> 63.2, 8 x 2^22 207.4 ->
-//    199.0, 16 x 2^20 112.7 -> 106.0, 64 x 2^18 107.6 -> 103.6; fp32 2 x 2^22
-//    104.9 -> 100.7, 4 x 2^20 58.7 -> 54.8. With 64 sequences of 2^20 and 528 of
-//    2^16 it lost 2.6-5% (fp32 64 x 2^20 733 -> 770), hence 16.
+//    199.0, 16 x 2^20 112.7 -> 106.0; fp32 2 x 2^22 104.9 -> 100.7, 4 x 2^20
+//    58.7 -> 54.8. With 64 sequences it gained at 2^18 (bf16 107.6 -> 103.6) and
+//    lost at 2^20 (fp32 733 -> 770), and 528 of 2^16 lost up to 3.7%: 16 is the
+//    most sequences measured to gain throughout (benchmarks/NOTES.md).
 //  - The forward interleaved or not, the backward interleaved, another call:
-//    fwd+bwd 1-3% faster interleaved from 2 to 16 sequences (bf16 4 x 2^22
-//    110.1 -> 107.1, 8 x 2^22 201.4 -> 198.4; fp32 2 x 2^22 101.7 -> 100.0),
+//    fwd+bwd up to 3% faster interleaved from 2 to 16 sequences, even at fp32
+//    16 x 2^20-2^22 (bf16 4 x 2^22 110.1 -> 107.1, 8 x 2^22 201.4 -> 198.4;
+//    fp32 2 x 2^22 101.7 -> 100.0),
 //    while the forward alone ran even up to 4 sequences and 2-5% slower from 8
 //    (bf16 8 x 2^20 23.6 -> 25.0, 16 x 2^20 40.2 -> 41.8), hence 4. A likely reading
 //    of the fwd+bwd gain, not measured: an interleaved forward writes every
 //    sequence's last tiles last, and the backward reads those first, from L2.
-// The bench's 4 x 2^22 bf16 fwd+bwd, four device calls: 0.77-0.81 of copy with
-// neither interleaved, 0.82-0.85 with both.
+// The bench's 4 x 2^22 bf16 fwd+bwd: 0.77-0.80 of copy with neither interleaved
+// (two device calls), 0.81 with the backward alone (two), 0.82-0.85 with both
+// (five); its fp32 forward 0.91 with neither, 0.89-0.90 with both.
 constexpr int64_t kMaxInterleavedSeqsBwd = 16;
 constexpr int64_t kMaxInterleavedSeqsFwd = 4;
 
