@@ -48,10 +48,11 @@ struct ChainedTile {
 // Tile numbers (block indices) in one of two orders: sequence by sequence, in
 // scan order, or interleaved across the sequences, tile k of every sequence
 // before tile k + 1 of any. Interleaved, each sequence's tiles load num_seqs
-// times slower than the launch's, which was meant to leave its resolved frontier
-// fewer tiles to cross behind the loaded one (not traced). Statuses are stored sequence by
-// sequence either way (status_index), so a walk reads its sequence's side by
-// side. Which order a launch takes: kMaxInterleavedSeqsBwd / Fwd below.
+// times slower than the launch's, which was meant to leave its resolved
+// frontier fewer tiles to cross behind the loaded one (not traced). Statuses
+// are stored sequence by sequence either way (status_index), so a walk reads
+// its sequence's side by side. Which order a launch takes:
+// kMaxInterleavedSeqsBwd / Fwd below.
 struct TileNumbering {
   int64_t num_seqs, tiles_per_seq;
   bool interleaved;
