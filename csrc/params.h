@@ -77,16 +77,16 @@ struct AlignedRows {
   int width_shift = 0;                // packed kernels: 2^width_shift lanes a sequence
 };
 
-// The chained kernels' first wave (see wait_for_turn in lookback.cuh): tile n
-// of the first wave starts loading no sooner than n * pace_ps picoseconds after
-// its block starts, and tiles numbered from `lead` up to `first_wave` only once
-// the tile `lead` numbers before them has published its aggregate.
-// first_wave = 0 (the launch's tiles fit in one wave): no waiting. Once its
-// own inputs have landed, a forward tile asks L2 to prefetch those of the tile
-// `prefetch_ahead` numbers after it (0: none; see prefetch_later_tile). Tiles
-// are numbered across the sequences if `interleaved`, else sequence by sequence
-// (TileNumbering in chained.cuh).
-struct ChainLead {
+// How a chained launch schedules its tiles. In the first wave (see wait_for_turn
+// in lookback.cuh), tile n starts loading no sooner than n * pace_ps
+// picoseconds after its block starts, and tiles numbered from `lead` up to
+// `first_wave` only once the tile `lead` numbers before them has published its
+// aggregate. first_wave = 0 (the launch's tiles fit in one wave): no waiting.
+// Once its own inputs have landed, a forward tile asks L2 to prefetch those of
+// the tile `prefetch_ahead` numbers after it (0: none; see prefetch_later_tile).
+// Tiles are numbered across the sequences if `interleaved`, else sequence by
+// sequence (TileNumbering in chained.cuh).
+struct ChainSchedule {
   int64_t lead = 0;
   int64_t first_wave = 0;
   int64_t pace_ps = 0;
@@ -105,7 +105,7 @@ struct ForwardParams {
   const void* initial = nullptr;  // nullptr: the state starts at zero
   void* outputs = nullptr;
   void* chain_workspace = nullptr;  // chained and strided kernels: cleared by the launch, see lookback.cuh
-  ChainLead chain_lead;              // chained kernels only: see lookback.cuh
+  ChainSchedule chain_schedule;              // chained kernels only: see lookback.cuh
 };
 
 struct BackwardParams {
@@ -121,7 +121,7 @@ struct BackwardParams {
   void* d_coeffs = nullptr;
   void* d_initial = nullptr;
   void* chain_workspace = nullptr;  // chained and strided kernels: cleared by the launch, see lookback.cuh
-  ChainLead chain_lead;              // chained kernels only: see lookback.cuh
+  ChainSchedule chain_schedule;              // chained kernels only: see lookback.cuh
 };
 
 // Storage dtypes; arithmetic is float32 for the 16-bit types.

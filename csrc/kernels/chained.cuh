@@ -100,9 +100,9 @@ constexpr int64_t kMaxInterleavedSeqsFwd = 4;
 // 200.4-201.3; bf16 forward 45.0-45.3 -> 43.6-44.3, fp32 within the spread.
 template <typename Acc>
 __device__ __forceinline__ ChainedTile chained_tile(void* workspace, const TileNumbering& numbering,
-                                                   const ChainLead& lead) {
+                                                   const ChainSchedule& schedule) {
   const int64_t number = blockIdx.x;
-  wait_for_turn<Acc>(workspace, number, lead, [&](int64_t n) { return numbering.status_index(n); });
+  wait_for_turn<Acc>(workspace, number, schedule, [&](int64_t n) { return numbering.status_index(n); });
   return numbering.tile(number);
 }
 
@@ -141,8 +141,8 @@ __device__ __forceinline__ ChainedBlock<T, kBackward> chained_block(const Params
   B b;
   b.rev = kBackward != p.reverse;
   const TileOrder tiles = tile_order<kTileLen, false>(p.seq_len, b.rev);
-  const TileNumbering numbering{p.num_seqs, tiles.num_tiles, p.chain_lead.interleaved};
-  b.tile = chained_tile<Acc>(p.chain_workspace, numbering, p.chain_lead);
+  const TileNumbering numbering{p.num_seqs, tiles.num_tiles, p.chain_schedule.interleaved};
+  b.tile = chained_tile<Acc>(p.chain_workspace, numbering, p.chain_schedule);
   p.index.offsets(b.tile.seq, b.off);
   b.start = tiles.start(b.tile.k);
   b.len = p.seq_len;
@@ -152,7 +152,7 @@ __device__ __forceinline__ ChainedBlock<T, kBackward> chained_block(const Params
   else b.values = static_cast<const T*>(p.inputs) + b.off[B::kV];
   b.c = static_cast<const T*>(p.coeffs) + b.off[B::kC];
   b.initial = p.initial ? to_acc<Acc>(static_cast<const T*>(p.initial)[b.off[B::kInitial]]) : Acc(0);
-  b.many_waves = p.chain_lead.many_waves();
+  b.many_waves = p.chain_schedule.many_waves();
   return b;
 }
 
@@ -168,7 +168,7 @@ __device__ __forceinline__ void scan_chained_tile(Acc (&y)[E], Acc (&c)[E], bool
 }
 
 // A forward tile whose inputs have landed asks L2 for those of the tile
-// p.chain_lead.prefetch_ahead numbers later (unit-stride tensors): that tile's
+// p.chain_schedule.prefetch_ahead numbers later (unit-stride tensors): that tile's
 // copies then find its inputs in L2, fetched from DRAM while the resident
 // tiles wait on their look-back, beyond what the blocks' slots hold. The
 // distance is a third of the first wave, 264 tiles on the H100. H100, kernel
@@ -182,10 +182,10 @@ __device__ __forceinline__ void scan_chained_tile(Acc (&y)[E], Acc (&c)[E], bool
 template <int kTileLen, typename Params, typename Block>
 __device__ __forceinline__ void prefetch_later_tile(const Params& p, const Block& b) {
   const auto& es = p.index.elem_strides;
-  const int64_t later = static_cast<int64_t>(blockIdx.x) + p.chain_lead.prefetch_ahead;
-  if (threadIdx.x != 0 || p.chain_lead.prefetch_ahead == 0 || later >= gridDim.x) return;
+  const int64_t later = static_cast<int64_t>(blockIdx.x) + p.chain_schedule.prefetch_ahead;
+  if (threadIdx.x != 0 || p.chain_schedule.prefetch_ahead == 0 || later >= gridDim.x) return;
   const TileOrder tiles = tile_order<kTileLen, false>(p.seq_len, b.rev);
-  const ChainedTile tile = TileNumbering{p.num_seqs, tiles.num_tiles, p.chain_lead.interleaved}.tile(later);
+  const ChainedTile tile = TileNumbering{p.num_seqs, tiles.num_tiles, p.chain_schedule.interleaved}.tile(later);
   int64_t off[kNumFwdSlots];
   p.index.offsets(tile.seq, off);
   const int64_t start = tiles.start(tile.k);
@@ -466,7 +466,7 @@ int64_t chained_workspace_bytes(int64_t num_seqs, int64_t seq_len, const TileCon
 // tile waits only on a smaller tile number, whose block has started, and a
 // block publishes its aggregate before it waits on anything but its turn.
 template <auto kKernel, int kThreads, int kSmem>
-ChainLead chained_lead(int64_t blocks, int64_t tile_input_bytes) {
+ChainSchedule chained_schedule(int64_t blocks, int64_t tile_input_bytes) {
   // A failed query's error is cleared, so that check_launch does not report it.
   static const int per_sm = [] {
     int n = 0;
@@ -499,8 +499,9 @@ void launch_chained(const Params& p, const TileConfig& config, cudaStream_t stre
     if (blocks > 0x7fffffff) throw std::runtime_error("linrec: " + name + " needs more than 2^31-1 blocks");
     if (blocks == 0) return;
     Params q = p;
-    q.chain_lead = chained_lead<kernel, C.threads_per_block, smem>(blocks, 2 * C.tile_len() * int64_t(sizeof(T)));
-    q.chain_lead.interleaved = p.num_seqs <= (kBackward ? kMaxInterleavedSeqsBwd : kMaxInterleavedSeqsFwd);
+    const int64_t tile_input_bytes = 2 * C.tile_len() * int64_t(sizeof(T));
+    q.chain_schedule = chained_schedule<kernel, C.threads_per_block, smem>(blocks, tile_input_bytes);
+    q.chain_schedule.interleaved = p.num_seqs <= (kBackward ? kMaxInterleavedSeqsBwd : kMaxInterleavedSeqsFwd);
     launch_kernel<kernel>(static_cast<unsigned>(blocks), C.threads_per_block, smem, stream, q);
     check_launch(name.c_str());
   }, name.c_str());

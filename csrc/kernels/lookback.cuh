@@ -203,7 +203,7 @@ constexpr int kTileStatusSpacing = 4;
 //     bf16 49 -> 44.5, 84 -> 79.
 //   - Tile n waits until n * pace_ps after its block started (%globaltimer),
 //     so the wave's loads are issued in tile order at about the DRAM's rate
-//     (chained_lead) and the first tiles land first. H100, kernel µs at
+//     (chained_schedule) and the first tiles land first. H100, kernel µs at
 //     1 x 2^24 / 2^26 (with the lead, one device call): fp32 forward 75.3 /
 //     280.0 -> 74.1 / 278.1, bf16 42.1 / 144.1 -> 40.6 / 142.9; backward
 //     within 0.7 µs. A model on per-tile timestamps (not a counter) put DRAM
@@ -211,22 +211,22 @@ constexpr int kTileStatusSpacing = 4;
 //     4 µs with it (8 ns a tile).
 // Called by the whole block; status_index(n) is where tile number n's status lies.
 template <typename Acc, typename StatusIndex>
-__device__ __forceinline__ void wait_for_turn(void* workspace, int64_t number, const ChainLead& lead,
+__device__ __forceinline__ void wait_for_turn(void* workspace, int64_t number, const ChainSchedule& schedule,
                                               StatusIndex status_index) {
-  if (number >= lead.first_wave) return;
+  if (number >= schedule.first_wave) return;
   if (threadIdx.x == 0) {
-    if (lead.pace_ps > 0) {
+    if (schedule.pace_ps > 0) {
       auto now_ns = [] {
         unsigned long long t;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
         return t;
       };
-      const unsigned long long turn = now_ns() + static_cast<unsigned long long>(number * lead.pace_ps / 1000);
+      const unsigned long long turn = now_ns() + static_cast<unsigned long long>(number * schedule.pace_ps / 1000);
       while (now_ns() < turn) __nanosleep(32);
     }
-    if (lead.lead > 0 && number >= lead.lead) {  // lead 0 (a first wave of one tile): no tile to wait on
+    if (schedule.lead > 0 && number >= schedule.lead) {  // lead 0 (a first wave of one tile): no tile to wait on
       const TileStatus<Acc>* statuses = ChainWorkspaceLayout::statuses<Acc>(workspace);
-      wait_status<StatusRead::kAtomic>(statuses + status_index(number - lead.lead) * kTileStatusSpacing);
+      wait_status<StatusRead::kAtomic>(statuses + status_index(number - schedule.lead) * kTileStatusSpacing);
     }
   }
   __syncthreads();
