@@ -105,7 +105,7 @@ struct ForwardParams {
   const void* initial = nullptr;  // nullptr: the state starts at zero
   void* outputs = nullptr;
   void* chain_workspace = nullptr;  // chained and strided kernels: cleared by the launch, see lookback.cuh
-  ChainSchedule chain_schedule;              // chained kernels only: see lookback.cuh
+  ChainSchedule chain_schedule;     // chained kernels only: see lookback.cuh
 };
 
 struct BackwardParams {
@@ -121,7 +121,7 @@ struct BackwardParams {
   void* d_coeffs = nullptr;
   void* d_initial = nullptr;
   void* chain_workspace = nullptr;  // chained and strided kernels: cleared by the launch, see lookback.cuh
-  ChainSchedule chain_schedule;              // chained kernels only: see lookback.cuh
+  ChainSchedule chain_schedule;     // chained kernels only: see lookback.cuh
 };
 
 // Storage dtypes; arithmetic is float32 for the 16-bit types.
