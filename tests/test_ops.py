@@ -214,3 +214,23 @@ def test_tune_best_table_uses_the_dtype_tolerance():
     ]
     assert best_table(rows, "strided", "fwd", MAX_ERROR["bfloat16"]) == [(64, 1300.0, (8, 256, 0, 3))]
     assert best_table(rows, "strided", "fwd", MAX_ERROR["float32"]) == []
+
+
+def test_cli_output_into_a_closed_pipe():
+    """`python -m linrec --info | head -4` exits 0 without a traceback when head
+    closes the pipe first (PYTHONUNBUFFERED makes print write before the pipe
+    closes, so with a pipe it is a race; here the read end is closed before the
+    process starts, so every write fails)."""
+    import os
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run([sys.executable, "-m", "linrec", "--info"], stdout=write_end,
+                                stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    finally:
+        os.close(write_end)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, result.stderr

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 
 import torch
 
@@ -76,5 +78,19 @@ def main(argv=None):
     return 0
 
 
+def run():
+    """main(), where a reader that stops early (`python -m linrec --info | head -4`)
+    ends the output quietly instead of with a BrokenPipeError traceback."""
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The interpreter flushes stdout again at exit; aim it at devnull so that
+        # flush does not fail on the closed pipe too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 0
+    return code
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run())
