@@ -57,7 +57,9 @@ for step in $steps; do
         python3 "$repo/scripts/config_sweep.py" $args 2>&1 | tee -a "$out/sweep.txt"
       done ;;
     shapes) python3 "$repo/scripts/shape_sweep.py" ${SHAPE_ARGS:-} --json "$out/shapes.json" 2>&1 | tee "$out/shapes.txt" ;;
-    bench) python3 -m linrec.bench --json "$out/bench.json" --png "$out/bench.png" ${BENCH_ARGS:-} 2>&1 | tee "$out/bench.txt" | tail -150 ;;
+    bench)  # eval: BENCH_ARGS may quote an argument, e.g. --only ' x 2^2'
+      eval "python3 -m linrec.bench --json \"\$out/bench.json\" --png \"\$out/bench.png\" ${BENCH_ARGS:-}" 2>&1 |
+        tee "$out/bench.txt" | tail -150 ;;
     *) echo "unknown step $step" ;;
   esac
 done
