@@ -138,6 +138,9 @@ BAD_INPUTS = [
     ("0-d inputs", dict(inputs=torch.tensor(1.0), coeffs=0.5), "at least one dimension"),
     ("not a tensor", dict(inputs=[1.0, 2.0], coeffs=0.5), "inputs must be a tensor"),
     ("coeffs type", dict(inputs=X, coeffs="0.5"), "coeffs must be a tensor or a real number"),
+    ("reverse string", dict(inputs=X, coeffs=0.5, reverse="yes"), "reverse must be a bool"),
+    ("reverse None", dict(inputs=X, coeffs=0.5, reverse=None), "reverse must be a bool"),
+    ("reverse 2", dict(inputs=X, coeffs=0.5, reverse=2), "reverse must be a bool"),
 ]
 
 
@@ -148,6 +151,19 @@ def test_bad_input_errors(name, kwargs, message, impl):
 
     with pytest.raises(ValueError, match=message):
         CPU_IMPLS[impl](**kwargs)
+
+
+@pytest.mark.parametrize("impl", ["triton.linrec_tile", "triton.linrec_pipe", "cuda.linrec_ref", "cuda.linrec_tile",
+                                  "cuda.linrec_chained"])
+def test_reverse_checked_by_every_wrapper(impl):
+    """The Triton and CUDA wrappers check reverse first, as linrec.linrec does (no GPU needed:
+    the check comes before the device check)."""
+    import importlib
+
+    module, name = impl.split(".")
+    fn = getattr(importlib.import_module(f"linrec.impl.{module}"), name)
+    with pytest.raises(ValueError, match="reverse must be a bool, got 'yes'"):
+        fn(X, torch.rand_like(X), "yes")
 
 
 def test_device_mismatch_error():

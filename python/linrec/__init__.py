@@ -125,7 +125,7 @@ def linrec(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
     On CUDA tensors the compiled kernels run when the build has them for the device,
     the Triton implementation otherwise; LINREC_BACKEND=cuda|triton forces one.
     """
-    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim)
+    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse)
     if inputs.is_cuda and _cuda_backend(inputs.device.index or 0) == "triton":
         from .impl.triton import triton_fwd
 

@@ -39,12 +39,16 @@ def state_shape(shape: torch.Size, dim: int) -> torch.Size:
     return shape[:dim] + shape[dim + 1 :]
 
 
-def normalize(inputs, coeffs, initial, dim: int):
+def normalize(inputs, coeffs, initial, dim: int, reverse=False):
     """Check the arguments of linrec and bring them into the form every implementation takes.
 
     Returns (inputs, coeffs, initial, dim) with coeffs expanded to inputs.shape, initial
-    expanded to inputs.shape without dim (or None) and dim in [0, inputs.dim()).
+    expanded to inputs.shape without dim (or None) and dim in [0, inputs.dim()). `reverse` is
+    only checked: a bool (or 0 / 1), so that a string or None is not taken for its truth value.
     """
+    if reverse is not True and reverse is not False and not (isinstance(reverse, numbers.Integral) and
+                                                             reverse in (0, 1)):
+        raise ValueError(f"linrec: reverse must be a bool, got {reverse!r}")
     if not isinstance(inputs, torch.Tensor):
         raise ValueError(f"linrec: inputs must be a tensor, got {type(inputs).__name__}")
     _check_dtype("inputs", inputs)

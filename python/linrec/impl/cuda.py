@@ -57,14 +57,14 @@ def _check_config(kernel, inputs, dim, elems_per_thread, threads_per_block, memc
 
 def _run_config(kernel, kernel_id, inputs, coeffs, reverse, dim, initial, config):
     """Check the arguments and the config, then run one compiled kernel with it."""
-    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim)
+    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse)
     _check_cuda(inputs)
     _check_config(kernel, inputs, dim, *config)
     return call_compiled(inputs, coeffs, initial, dim, reverse, kernel_id, *config)
 
 
 def linrec_ref(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
-    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim)
+    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse)
     _check_cuda(inputs)
     return call_compiled(inputs, coeffs, initial, dim, reverse, KERNEL_REF)
 

@@ -16,7 +16,7 @@ from .._args import normalize
 
 def linrec_ref(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
     """y[l] = coeffs[l] * y[l-1] + inputs[l] along dim, one step at a time."""
-    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim)
+    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse)
     x = inputs.movedim(dim, -1)
     c = coeffs.movedim(dim, -1)
     if x.shape[-1] == 0:
@@ -96,7 +96,7 @@ class _HopScan(torch.autograd.Function):
 
 def linrec_hop(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
     """linrec with torch._higher_order_ops.associative_scan for the forward and backward scans."""
-    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim)
+    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse)
     if inputs.shape[dim] == 0:  # associative_scan rejects empty scans
         return inputs * coeffs
     return _HopScan.apply(inputs, coeffs, initial, dim, reverse)

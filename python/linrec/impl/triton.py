@@ -231,12 +231,12 @@ triton_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 def linrec_tile(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
     """linrec with one Triton program per sequence, the whole sequence in one block (<= MAX_TILE)."""
-    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim)
+    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse)
     _check_tile_length(inputs.shape[dim])
     return triton_fwd(inputs, coeffs, initial, dim, bool(reverse), False)
 
 
 def linrec_pipe(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
     """linrec with one Triton program per sequence, walking it in blocks with a carry: any length."""
-    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim)
+    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse)
     return triton_fwd(inputs, coeffs, initial, dim, bool(reverse), True)
