@@ -65,6 +65,37 @@ def test_channel_last_grads_match_reference(reverse, channels):
 
 
 @pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("shape", [(1, 37), (3, 37), (4, 37), (2, 9, 37), (2, 15, 4096)], ids=str)
+@pytest.mark.parametrize("coeffs_layout", ["contiguous", "strided", "broadcast"])
+def test_row_runs_grads_match_reference(reverse, shape, coeffs_layout):
+    """Sequences stored as rows: the CPU kernels walk 4 of them at a time (cpu_kernels.cpp),
+    each tensor with its own row stride (a strided coeffs view, or 0 where coeffs broadcast),
+    and one at a time where fewer than 4 are left in a batch or in a thread's share
+    ((2, 15, 4096) splits over threads)."""
+    x = torch.randn(shape, dtype=torch.float64)
+    dy = torch.randn(shape, dtype=torch.float64)
+    # Leaves, and the views of them that the call takes: coeffs every other element of wider
+    # rows, or one row for every sequence; initial not row-major.
+    coeffs_leaf, coeffs_view = {
+        "contiguous": (torch.rand(shape), lambda t: t),
+        "strided": (torch.rand(*shape[:-1], 2 * shape[-1] + 3), lambda t: t[..., 1::2][..., : shape[-1]]),
+        "broadcast": (torch.rand(shape[-1]), lambda t: t),
+    }[coeffs_layout]
+    coeffs_leaf = coeffs_leaf.double() * 0.6 + 0.4
+    initial_leaf = torch.randn(shape[:-1][::-1], dtype=torch.float64)
+
+    def grads(fn):
+        leaves = [t.clone().requires_grad_() for t in (x, coeffs_leaf, initial_leaf)]
+        out = fn(leaves[0], coeffs_view(leaves[1]), leaves[2].permute(*reversed(range(leaves[2].dim()))))
+        return (out, *torch.autograd.grad(out, leaves, dy))
+
+    got = grads(lambda x, c, h0: CPU_IMPLS["linrec"](x, c, reverse, initial=h0))
+    want = grads(lambda x, c, h0: reference(x, c, reverse, -1, h0))
+    for name, g, w in zip(("outputs", "inputs", "coeffs", "initial"), got, want):
+        assert rel_error(g, w) < 1e-12, name
+
+
+@pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("coeff_shape", [(3, 4, 9), (4, 1), ()], ids=str)
 def test_forward_ad_gradcheck(reverse, coeff_shape):
     """Forward-mode AD (the tangent is one more recurrence) against finite differences."""

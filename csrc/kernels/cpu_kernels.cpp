@@ -7,7 +7,11 @@
 // of the run is then a contiguous row of each tensor, which the compiler
 // vectorises, and the whole walk reads and writes rows in order, as an
 // elementwise op does. Walking one such sequence at a time would stride through
-// memory a row per element. Sequences stored as rows are walked one at a time.
+// memory a row per element.
+//
+// Sequences stored as rows are walked kRowLanes at a time, each lane its own
+// row: one sequence alone is a chain of dependent multiply-adds, which waits on
+// the previous one's latency every step; independent lanes fill that wait.
 #include <torch/csrc/stable/ops.h>
 #include <torch/headeronly/util/BFloat16.h>
 #include <torch/headeronly/util/Half.h>
@@ -24,12 +28,12 @@ template <> struct AccType<c10::Half> { using type = float; };
 template <> struct AccType<c10::BFloat16> { using type = float; };
 
 constexpr int kMaxLanes = 512;
+constexpr int kRowLanes = 4;
 
 // Consecutive sequences n0 .. n0 + lanes - 1 (the lanes), scanned together:
 // step i of lane k of tensor t is element first[t] + k * lane_stride[t] +
-// i * step[t], in scan order (from the last element when reverse). For the
-// tensors with steps, lane_stride is 1 (the lanes are neighbours) unless the
-// run is a single lane; the state tensors (initial, d_initial) have no steps.
+// i * step[t], in scan order (from the last element when reverse). The state
+// tensors (initial, d_initial) have no steps.
 template <int kTensors>
 struct SeqRun {
   int64_t first[kTensors];
@@ -38,20 +42,21 @@ struct SeqRun {
   int lanes;
 };
 
-// The run that starts at sequence n0. Where the fastest-varying sequence dim
-// (SeqIndexer) has unit stride in every tensor with steps (has_steps[t]), the
-// sequences up to that dim's end are neighbours: the run takes them, at most
-// kMaxLanes and not past `end`. Otherwise a run is one sequence.
+// The run that starts at sequence n0, within the fastest-varying sequence dim
+// (SeqIndexer), whose sequences lie lane_stride apart in each tensor, and not
+// past `end`. Where that stride is 1 in every tensor with steps (has_steps[t]),
+// the sequences are neighbours: the run takes up to kMaxLanes of them.
+// Otherwise it takes kRowLanes, or one where fewer are left.
 template <int kTensors, typename Params>
 SeqRun<kTensors> find_run(const Params& p, int64_t n0, int64_t end, const bool (&has_steps)[kTensors]) {
   const auto& index = p.index;
   const int inner = index.num_dims - 1;
   bool neighbours = inner >= 0;
   for (int t = 0; t < kTensors; ++t) neighbours = neighbours && (!has_steps[t] || index.seq_strides[t][inner] == 1);
+  const int64_t left = inner >= 0 ? std::min(end - n0, index.sizes[inner] - n0 % index.sizes[inner]) : 1;
   SeqRun<kTensors> r;
-  r.lanes = neighbours ? static_cast<int>(std::min({end - n0, static_cast<int64_t>(kMaxLanes),
-                                                    index.sizes[inner] - n0 % index.sizes[inner]}))
-                       : 1;
+  r.lanes = neighbours ? static_cast<int>(std::min(left, static_cast<int64_t>(kMaxLanes)))
+                       : (left >= kRowLanes ? kRowLanes : 1);
   int64_t off[kTensors];
   index.offsets(n0, off);
   for (int t = 0; t < kTensors; ++t) {
@@ -63,7 +68,14 @@ SeqRun<kTensors> find_run(const Params& p, int64_t n0, int64_t end, const bool (
   return r;
 }
 
-// Runs fn(run) over runs that cover every sequence, the sequences split over threads.
+// A run's lane count for the walk, fixed at compile time where it can be: 1
+// (one sequence), kRowLanes (rows, or as many neighbours), or kNeighbourLanes,
+// r.lanes neighbours (lane stride 1). With one lane, a loop of run-time length
+// took 2.5x the time (2-core CPU, (64, 65536)).
+constexpr int kNeighbourLanes = 0;
+
+// Runs fn.template operator()<kLanes>(run) over runs that cover every sequence,
+// the sequences split over threads.
 template <int kTensors, typename Params, typename Fn>
 void for_each_run(const Params& p, const bool (&has_steps)[kTensors], Fn fn) {
   // Enough sequences per task that the parallel overhead stays small.
@@ -71,44 +83,48 @@ void for_each_run(const Params& p, const bool (&has_steps)[kTensors], Fn fn) {
   torch::stable::parallel_for(0, p.num_seqs, grain, [&](int64_t begin, int64_t end) {
     for (int64_t n0 = begin; n0 < end;) {
       const SeqRun<kTensors> r = find_run(p, n0, end, has_steps);
-      fn(r);
+      if (r.lanes == 1) fn.template operator()<1>(r);
+      else if (r.lanes == kRowLanes) fn.template operator()<kRowLanes>(r);
+      else fn.template operator()<kNeighbourLanes>(r);
       n0 += r.lanes;
     }
   });
 }
 
+// Where lane k's element of tensor t lies from lane 0's.
+template <int kLanes, int kTensors>
+inline int64_t lane_offset(const SeqRun<kTensors>& r, int t, int k) {
+  return kLanes == kNeighbourLanes ? k : k * r.lane_stride[t];
+}
+
 constexpr bool kFwdHasSteps[kNumFwdSlots] = {true, true, true, false};  // by FwdSlot
 
-// y[l] = c[l] * y[l-1] + x[l] along each lane's sequence. kOneLane: the run is
-// one sequence (sequences stored as rows), and the lane loop compiles away; as
-// a loop of run-time length it took 2.5x the time (2-core CPU, (64, 65536)).
-template <typename T, bool kOneLane>
+// y[l] = c[l] * y[l-1] + x[l] along each lane's sequence; kLanes as in for_each_run.
+template <typename T, int kLanes>
 void fwd_run(const ForwardParams& p, const SeqRun<kNumFwdSlots>& r) {
   using Acc = typename AccType<T>::type;
   const auto* x = static_cast<const T*>(p.inputs);
   const auto* c = static_cast<const T*>(p.coeffs);
   const auto* h0 = static_cast<const T*>(p.initial);
   auto* y = static_cast<T*>(p.outputs);
-  const int lanes = kOneLane ? 1 : r.lanes;
-  Acc state[kMaxLanes];
+  auto lane = [&](int t, int k) { return lane_offset<kLanes>(r, t, k); };
+  const int lanes = kLanes == kNeighbourLanes ? r.lanes : kLanes;
+  Acc state[kLanes == kNeighbourLanes ? kMaxLanes : kLanes];
   for (int k = 0; k < lanes; ++k) state[k] = h0 ? static_cast<Acc>(h0[r.first[kFwdInitial] + k * r.lane_stride[kFwdInitial]]) : Acc(0);
   for (int64_t i = 0; i < p.seq_len; ++i) {
     const T* __restrict__ xs = x + r.first[kFwdInputs] + i * r.step[kFwdInputs];
     const T* __restrict__ cs = c + r.first[kFwdCoeffs] + i * r.step[kFwdCoeffs];
     T* __restrict__ ys = y + r.first[kFwdOutputs] + i * r.step[kFwdOutputs];
     for (int k = 0; k < lanes; ++k) {
-      state[k] = static_cast<Acc>(cs[k]) * state[k] + static_cast<Acc>(xs[k]);
-      ys[k] = static_cast<T>(state[k]);
+      state[k] = static_cast<Acc>(cs[lane(kFwdCoeffs, k)]) * state[k] + static_cast<Acc>(xs[lane(kFwdInputs, k)]);
+      ys[lane(kFwdOutputs, k)] = static_cast<T>(state[k]);
     }
   }
 }
 
 template <typename T>
 void fwd(const ForwardParams& p) {
-  for_each_run(p, kFwdHasSteps, [&](const SeqRun<kNumFwdSlots>& r) {
-    if (r.lanes == 1) fwd_run<T, true>(p, r);
-    else fwd_run<T, false>(p, r);
-  });
+  for_each_run(p, kFwdHasSteps, [&]<int kLanes>(const SeqRun<kNumFwdSlots>& r) { fwd_run<T, kLanes>(p, r); });
 }
 
 constexpr bool kBwdHasSteps[kNumBwdSlots] = {true, true, true, false, true, true, false};  // by BwdSlot
@@ -118,9 +134,9 @@ constexpr bool kBwdHasSteps[kNumBwdSlots] = {true, true, true, false, true, true
 //   d_coeffs[l]  = d_inputs[l] * outputs[l-1]                   (outputs[-1] := initial)
 //   d_initial    = d_inputs[0] * coeffs[0]
 // with "+1" meaning one step later in the forward direction. Step i is the
-// forward's scan step i (SeqRun), walked from the last to the first. kOneLane
-// as in fwd_run.
-template <typename T, bool kOneLane>
+// forward's scan step i (SeqRun), walked from the last to the first. kLanes as
+// in for_each_run.
+template <typename T, int kLanes>
 void bwd_run(const BackwardParams& p, const SeqRun<kNumBwdSlots>& r) {
   using Acc = typename AccType<T>::type;
   const auto* dy = static_cast<const T*>(p.d_outputs);
@@ -131,8 +147,10 @@ void bwd_run(const BackwardParams& p, const SeqRun<kNumBwdSlots>& r) {
   auto* dc = static_cast<T*>(p.d_coeffs);
   auto* dh0 = static_cast<T*>(p.d_initial);
   auto at = [&](int t, int64_t i) { return r.first[t] + i * r.step[t]; };  // lane 0's step i
-  const int lanes = kOneLane ? 1 : r.lanes;
-  Acc grad[kMaxLanes], next_coeff[kMaxLanes];  // d_inputs and coeffs at the step after this one
+  auto lane = [&](int t, int k) { return lane_offset<kLanes>(r, t, k); };
+  const int lanes = kLanes == kNeighbourLanes ? r.lanes : kLanes;
+  constexpr int kStateLanes = kLanes == kNeighbourLanes ? kMaxLanes : kLanes;
+  Acc grad[kStateLanes], next_coeff[kStateLanes];  // d_inputs and coeffs at the step after this one
   for (int k = 0; k < lanes; ++k) grad[k] = Acc(0), next_coeff[k] = Acc(0);
   // One step of every lane; prev_out(k) is the forward's output one step before it.
   auto step = [&](int64_t i, auto prev_out) {
@@ -141,15 +159,15 @@ void bwd_run(const BackwardParams& p, const SeqRun<kNumBwdSlots>& r) {
     T* __restrict__ dxs = dx + at(kBwdDInputs, i);
     T* __restrict__ dcs = dc + at(kBwdDCoeffs, i);
     for (int k = 0; k < lanes; ++k) {
-      grad[k] = next_coeff[k] * grad[k] + static_cast<Acc>(dys[k]);
-      dxs[k] = static_cast<T>(grad[k]);
-      dcs[k] = static_cast<T>(grad[k] * prev_out(k));
-      next_coeff[k] = static_cast<Acc>(cs[k]);
+      grad[k] = next_coeff[k] * grad[k] + static_cast<Acc>(dys[lane(kBwdDOutputs, k)]);
+      dxs[lane(kBwdDInputs, k)] = static_cast<T>(grad[k]);
+      dcs[lane(kBwdDCoeffs, k)] = static_cast<T>(grad[k] * prev_out(k));
+      next_coeff[k] = static_cast<Acc>(cs[lane(kBwdCoeffs, k)]);
     }
   };
   for (int64_t i = p.seq_len - 1; i > 0; --i) {
     const T* __restrict__ prev = y + at(kBwdOutputs, i - 1);
-    step(i, [&](int k) { return static_cast<Acc>(prev[k]); });
+    step(i, [&](int k) { return static_cast<Acc>(prev[lane(kBwdOutputs, k)]); });
   }
   if (p.seq_len > 0)  // before the first step, the initial state
     step(0, [&](int k) {
@@ -161,10 +179,7 @@ void bwd_run(const BackwardParams& p, const SeqRun<kNumBwdSlots>& r) {
 
 template <typename T>
 void bwd(const BackwardParams& p) {
-  for_each_run(p, kBwdHasSteps, [&](const SeqRun<kNumBwdSlots>& r) {
-    if (r.lanes == 1) bwd_run<T, true>(p, r);
-    else bwd_run<T, false>(p, r);
-  });
+  for_each_run(p, kBwdHasSteps, [&]<int kLanes>(const SeqRun<kNumBwdSlots>& r) { bwd_run<T, kLanes>(p, r); });
 }
 
 template <template <typename> class Fn, typename P>
