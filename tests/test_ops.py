@@ -250,3 +250,29 @@ def test_cli_output_into_a_closed_pipe():
         os.close(write_end)
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, result.stderr
+
+
+def test_extension_load_failure_names_the_cause():
+    """A binary wheel next to a torch of another CUDA version (or none) cannot load its
+    extension; the ImportError says which torch this is and what to install instead.
+    Simulated in a subprocess: an import hook fails linrec._C as the dynamic loader would."""
+    import subprocess
+    import sys
+
+    code = """
+import importlib.abc, sys, torch
+class FailExtension(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "linrec._C":
+            raise ImportError("libtorch_cuda.so: cannot open shared object file: No such file or directory")
+sys.meta_path.insert(0, FailExtension())
+try:
+    import linrec
+except ImportError as e:
+    print(e)
+    print("cause:", type(e.__cause__).__name__)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "its compiled extension does not load with this torch (" + torch.__version__ in out
+    assert "libtorch_cuda.so: cannot open shared object file" in out
+    assert "--no-binary linrec" in out and "cause: ImportError" in out

@@ -13,7 +13,18 @@ import warnings
 
 import torch
 
-from . import _C
+try:
+    from . import _C
+except ImportError as _error:
+    # A binary wheel links the CUDA runtime and torch's CUDA library of the CUDA version it was
+    # built for; next to a CPU-only torch or one of another CUDA version they are missing.
+    _torch_cuda = f"CUDA {torch.version.cuda}" if torch.version.cuda else "no CUDA"
+    raise ImportError(
+        f"linrec: its compiled extension does not load with this torch ({torch.__version__}, {_torch_cuda}): "
+        f"{_error}. The wheels are built per CUDA version: install the one for your torch's CUDA "
+        "(README, 'Install a binary wheel'), or build linrec against this torch: "
+        "pip install --no-build-isolation --no-binary linrec linrec"
+    ) from _error
 from ._args import normalize
 from ._ops import call_compiled
 from ._version import __version__

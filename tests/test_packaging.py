@@ -1,0 +1,32 @@
+"""The sdist, which `pip install --no-binary linrec linrec` builds from, holds every source file."""
+
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tracked_files(prefix):
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("needs the git checkout")
+    out = subprocess.run(["git", "ls-files", prefix], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    return sorted(out.split())
+
+
+def test_sdist_holds_every_csrc_file(tmp_path):
+    csrc = tracked_files("csrc")
+    tree = tmp_path / "tree"
+    for name in tracked_files("."):  # a copy of the checkout, so the build leaves no files in it
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, tree / name)
+    subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(tmp_path / "dist")], cwd=tree,
+                   capture_output=True, check=True)
+    (sdist,) = (tmp_path / "dist").glob("*.tar.gz")
+    with tarfile.open(sdist) as tar:
+        names = sorted(n.split("/", 1)[1] for n in tar.getnames() if "/csrc/" in n and not tar.getmember(n).isdir())
+    assert names == csrc
