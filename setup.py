@@ -1,8 +1,13 @@
-"""Build linrec's compiled extension, linrec._C.
+"""Build linrec's compiled extensions: linrec._C and, with CUDA, linrec._C_cuda.
 
-One binary per CUDA major version: the ops are written against the LibTorch
-stable ABI (torch >= 2.10) and the module against Python's limited API (abi3,
-Python >= 3.10). Environment:
+linrec._C holds the ops' schemas and the CPU kernel and links only torch's CPU
+libraries, so it loads next to any torch; linrec._C_cuda holds the CUDA kernels
+and links torch's CUDA library and the CUDA runtime of the CUDA version it was
+built with, so Python loads it only next to a torch of that CUDA major version
+(python/linrec/__init__.py). Sources named *_cuda.cpp and *.cu go to
+linrec._C_cuda, the other .cpp files to linrec._C. One binary per CUDA major
+version: the ops are written against the LibTorch stable ABI (torch >= 2.10)
+and the modules against Python's limited API (abi3, Python >= 3.10). Environment:
 
   TORCH_CUDA_ARCH_LIST  archs to compile, e.g. "9.0" (default: sm_80..sm_120 that nvcc knows)
   LINREC_CONFIGS        "default" (the small tuned list) or "full" (the tuning product)
@@ -70,36 +75,44 @@ def version():
     return f"{base}+{local}" if local else base
 
 
-def extension():
-    sources = sorted(glob("csrc/*.cpp")) + sorted(glob("csrc/kernels/*.cpp"))
+def extensions():
+    cpp = sorted(glob("csrc/*.cpp")) + sorted(glob("csrc/kernels/*.cpp"))
+    cpu_sources = [f for f in cpp if not f.endswith("_cuda.cpp")]
     macros = [("TORCH_TARGET_VERSION", TORCH_TARGET_VERSION), ("Py_LIMITED_API", PY_LIMITED_API)]
     cxx = ["-O3", "-std=c++20", "-fvisibility=hidden"]
     if os.environ.get("LINREC_CONFIGS", "default") == "full":
         macros.append(("LINREC_FULL_CONFIGS", None))
     if not want_cuda():
-        return CppExtension("linrec._C", sources, define_macros=macros, extra_compile_args={"cxx": cxx},
-                            py_limited_api=True)
+        return [CppExtension("linrec._C", cpu_sources, define_macros=macros, extra_compile_args={"cxx": cxx},
+                             py_limited_api=True)]
 
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", default_arch_list())
     major, minor = nvcc_version()
     archs = os.environ["TORCH_CUDA_ARCH_LIST"]
-    macros += [
-        ("LINREC_WITH_CUDA", None),
-        ("USE_CUDA", None),  # declares the CUDA parts of the stable shim
+    # What the CUDA part was built for, also known to linrec._C: Python reads it before loading that part.
+    built_for = [
         ("LINREC_CUDA_VERSION", f'"{major}.{minor}"'),
         ("LINREC_CUDA_ARCHS", '"' + archs.replace(" ", ";") + '"'),
     ]
-    sources += sorted(glob("csrc/kernels/*.cu")) + sorted(glob("csrc/kernels/instances/*.cu"))
+    cpu = CppExtension("linrec._C", cpu_sources, define_macros=macros + built_for, extra_compile_args={"cxx": cxx},
+                       py_limited_api=True)
+    cuda_macros = macros + [
+        ("LINREC_WITH_CUDA", None),
+        ("USE_CUDA", None),  # declares the CUDA parts of the stable shim
+    ] + built_for
+    cuda_sources = ([f for f in cpp if f.endswith("_cuda.cpp")] + sorted(glob("csrc/kernels/*.cu"))
+                    + sorted(glob("csrc/kernels/instances/*.cu")))
     nvcc = ["-O3", "-std=c++20", "--expt-relaxed-constexpr", "-Xptxas=-warn-spills"]
-    return CUDAExtension("linrec._C", sources, define_macros=macros, py_limited_api=True,
+    cuda = CUDAExtension("linrec._C_cuda", cuda_sources, define_macros=cuda_macros, py_limited_api=True,
                          extra_compile_args={"cxx": cxx, "nvcc": nvcc})
+    return [cpu, cuda]
 
 
 setup(
     version=version(),
     package_dir={"": "python"},
     packages=["linrec", "linrec.impl"],
-    ext_modules=[extension()],
+    ext_modules=extensions(),
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
     options={"bdist_wheel": {"py_limited_api": "cp310"}},
 )

@@ -1,15 +1,12 @@
-// The Python module linrec._C, written against the limited API (abi3). The ops
-// register themselves through STABLE_TORCH_LIBRARY when this module loads;
-// the module itself only reports what this build contains.
+// The Python module linrec._C, written against the limited API (abi3): the ops'
+// schemas and CPU kernels, which register themselves through STABLE_TORCH_LIBRARY
+// when it loads (ops.cpp). The module itself reports what CUDA part the build
+// has (linrec._C_cuda, module_cuda.cpp), so that Python can tell, before loading
+// that part, whether this torch can run it.
 #include <Python.h>
 
-#include <string>
-
-#include "dispatch.h"
-#include "kernels/launch.h"
-
 #ifndef LINREC_CUDA_VERSION
-#define LINREC_CUDA_VERSION ""
+#define LINREC_CUDA_VERSION ""  // no CUDA part
 #endif
 #ifndef LINREC_CUDA_ARCHS
 #define LINREC_CUDA_ARCHS ""
@@ -17,87 +14,16 @@
 
 namespace {
 
-template <typename List>
-PyObject* config_list(const List& configs) {
-  PyObject* list = PyList_New(0);
-  if (!list) return nullptr;
-  for (const linrec::TileConfig& c : configs) {
-    PyObject* item = Py_BuildValue("(iiii)", c.elems_per_thread, c.threads_per_block,
-                                   static_cast<int>(c.memcode), static_cast<int>(c.algocode));
-    if (!item || PyList_Append(list, item) < 0) {
-      Py_XDECREF(item);
-      Py_DECREF(list);
-      return nullptr;
-    }
-    Py_DECREF(item);
-  }
-  return list;
-}
-
-// compiled_configs(family): the configs of a kernel family, "tiled" (tile and
-// pipe), "chained", "strided" or "packed"; none in a CPU-only build.
-PyObject* compiled_configs(PyObject*, PyObject* args) {
-  const char* family = nullptr;
-  if (!PyArg_ParseTuple(args, "s", &family)) return nullptr;
-  const std::string name(family);
-  if (name != "tiled" && name != "chained" && name != "strided" && name != "packed") {
-    PyErr_SetString(PyExc_ValueError, "family must be 'tiled', 'chained', 'strided' or 'packed'");
-    return nullptr;
-  }
-#if defined(LINREC_WITH_CUDA)
-  if (name == "strided") return config_list(linrec::STRIDED_CONFIG_LIST);
-  if (name == "packed") return config_list(linrec::PACKED_CONFIG_LIST);
-  if (name == "chained") return config_list(linrec::CHAINED_CONFIG_LIST);
-  return config_list(linrec::CONFIG_LIST);
-#else
-  return PyList_New(0);
-#endif
-}
-
 PyObject* build_info(PyObject*, PyObject*) {
-#if defined(LINREC_WITH_CUDA)
-  PyObject* has_cuda = Py_True;
-#else
-  PyObject* has_cuda = Py_False;
-#endif
-  return Py_BuildValue("{sOssss}", "cuda", has_cuda, "cuda_version", LINREC_CUDA_VERSION, "cuda_archs",
-                       LINREC_CUDA_ARCHS);
+  return Py_BuildValue("{ssss}", "cuda_version", LINREC_CUDA_VERSION, "cuda_archs", LINREC_CUDA_ARCHS);
 }
-
-#if defined(LINREC_WITH_CUDA)
-// func_attrs(dtype, kind, backward, variant, elems_per_thread, threads_per_block, memcode, algocode);
-// variant: 0 the general kernel, 1 / 2 the aligned-rows kernel scanning forward / in reverse.
-PyObject* func_attrs(PyObject*, PyObject* args) {
-  int dtype, kind, backward, variant, e, t, m, a;
-  if (!PyArg_ParseTuple(args, "iipiiiii", &dtype, &kind, &backward, &variant, &e, &t, &m, &a)) return nullptr;
-  if (variant < 0 || variant > 2) {
-    PyErr_SetString(PyExc_ValueError, "linrec: func_attrs variant is 0 (general), 1 or 2 (aligned rows)");
-    return nullptr;
-  }
-  try {
-    const linrec::FuncAttrs r = linrec::cuda_func_attrs(
-        static_cast<linrec::DType>(dtype), static_cast<linrec::KernelKind>(kind), backward != 0,
-        static_cast<linrec::KernelVariant>(variant),
-        linrec::TileConfig{e, t, static_cast<linrec::MemCode>(m), static_cast<linrec::AlgoCode>(a)});
-    return Py_BuildValue("{sisisisi}", "num_regs", r.num_regs, "local_bytes", r.local_bytes, "shared_bytes",
-                         r.shared_bytes, "max_threads", r.max_threads);
-  } catch (const std::exception& ex) {
-    PyErr_SetString(PyExc_RuntimeError, ex.what());
-    return nullptr;
-  }
-}
-#endif
 
 PyMethodDef methods[] = {
-    {"compiled_configs", compiled_configs, METH_VARARGS,
-     "The compiled TileConfigs of a kernel family as (elems_per_thread, threads_per_block, memcode, algocode)."},
-    {"build_info", build_info, METH_NOARGS, "What this build contains: CUDA or not, its version and archs."},
-#if defined(LINREC_WITH_CUDA)
-    {"func_attrs", func_attrs, METH_VARARGS, "cudaFuncGetAttributes of one compiled kernel."},
-#endif
+    {"build_info", build_info, METH_NOARGS,
+     "The build's CUDA part (linrec._C_cuda): the CUDA version it was compiled with and its archs, '' if none."},
     {nullptr, nullptr, 0, nullptr}};
 
-PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", "linrec compiled kernels", -1, methods};
+PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", "linrec ops and CPU kernels", -1, methods};
 
 }  // namespace
 

@@ -518,7 +518,7 @@ def test_uncompiled_config_error():
 
 
 def test_func_attrs_cover_every_kernel():
-    from linrec import _C
+    from linrec import _C_cuda
     from linrec.func_attrs import collect
 
     rows = collect()
@@ -529,9 +529,39 @@ def test_func_attrs_cover_every_kernel():
     packed = [r for r in rows if r["kernel"].startswith("packed") and r["dtype"] == "float32" and not r["backward"]]
     assert len(packed) == 3 * len(PACKED_CONFIGS)
     with pytest.raises(RuntimeError, match="aligned-rows"):
-        _C.func_attrs(0, 4, False, 1, *STAGED_CONFIGS[0])  # chained kernels have no rows variant
+        _C_cuda.func_attrs(0, 4, False, 1, *STAGED_CONFIGS[0])  # chained kernels have no rows variant
     with pytest.raises(ValueError, match="variant"):
-        _C.func_attrs(0, 6, False, 3, *PACKED_CONFIGS[0])
+        _C_cuda.func_attrs(0, 6, False, 3, *PACKED_CONFIGS[0])
+
+
+def test_cuda_kernels_not_loaded_fall_back_to_triton():
+    """Next to a torch of another CUDA major version the compiled CUDA kernels are not loaded:
+    linrec.linrec warns, naming why, and runs Triton (checked against the reference), and a direct
+    call of the op raises a RuntimeError naming why (not the dispatcher's missing-kernel error)."""
+    import subprocess
+    import sys
+
+    code = """
+import warnings, torch
+torch.version.cuda = "99.1"
+import linrec
+x, c = torch.randn(4, 3000, device="cuda", dtype=torch.float64), torch.rand(4, 3000, device="cuda", dtype=torch.float64)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    y = linrec.linrec(x, c)
+print("warned:", [str(w.message) for w in caught])
+from linrec.impl.python import linrec_hop
+print("error:", ((y - linrec_hop(x, c)).norm() / linrec_hop(x, c).norm()).item())
+try:
+    torch.ops.linrec.linrec_fwd(x, c, None, -1, False, 0, 0, 0, 0, 0)
+except RuntimeError as e:
+    print("raised:", e)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "has CUDA 99.1; install the wheel" in out.split("warned:")[1].splitlines()[0]
+    assert "using the Triton implementation" in out
+    assert float(out.split("error:")[1].split()[0]) < 1e-12
+    assert "raised: linrec: the compiled CUDA kernels are not loaded: the CUDA kernels were built for CUDA" in out
 
 
 DEPENDENT_CASES = {  # the kernel linrec.linrec picks: shape, dim

@@ -252,27 +252,82 @@ def test_cli_output_into_a_closed_pipe():
     assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, result.stderr
 
 
-def test_extension_load_failure_names_the_cause():
-    """A binary wheel next to a torch of another CUDA version (or none) cannot load its
-    extension; the ImportError says which torch this is and what to install instead.
-    Simulated in a subprocess: an import hook fails linrec._C as the dynamic loader would."""
+def run_python(code, extra_env=None):
+    """Runs `code` in a fresh interpreter (a first `import linrec` there) and returns its stdout."""
+    import os
     import subprocess
     import sys
 
-    code = """
-import importlib.abc, sys, torch
+    env = {**os.environ, **(extra_env or {})}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+# Makes the dynamic loader's failure on `module` happen in a subprocess: an import hook.
+FAIL_MODULE = """
+import importlib.abc, sys
 class FailExtension(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name == "linrec._C":
+        if name == {module!r}:
             raise ImportError("libtorch_cuda.so: cannot open shared object file: No such file or directory")
 sys.meta_path.insert(0, FailExtension())
+"""
+
+needs_cuda_part = pytest.mark.skipif(not linrec._C.build_info()["cuda_version"], reason="a build without CUDA kernels")
+
+
+def test_extension_load_failure_names_the_cause():
+    """linrec._C (ops and CPU kernel) links only torch's CPU libraries; where even it cannot load
+    (a torch older than the stable ABI), the ImportError says which torch this is and what to do."""
+    out = run_python(FAIL_MODULE.format(module="linrec._C") + """
+import torch
 try:
     import linrec
 except ImportError as e:
     print(e)
     print("cause:", type(e.__cause__).__name__)
-"""
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+""")
     assert "its compiled extension does not load with this torch (" + torch.__version__ in out
     assert "libtorch_cuda.so: cannot open shared object file" in out
     assert "--no-binary linrec" in out and "cause: ImportError" in out
+
+
+CPU_CALL_AND_INFO = """
+import json, torch, linrec
+from linrec.impl.python import linrec_hop
+x, c = torch.randn(3, 50, dtype=torch.float64), torch.rand(3, 50, dtype=torch.float64)
+assert torch.allclose(linrec.linrec(x, c), linrec_hop(x, c))
+info = linrec.build_info()
+print(json.dumps({k: info.get(k) for k in ("cuda", "cuda_unavailable", "backends")}))
+print(json.dumps(linrec.compiled_configs("chained")))
+"""
+
+
+@needs_cuda_part
+def test_cuda_kernels_that_cannot_load_leave_the_cpu_kernel():
+    """A binary wheel's CUDA part (linrec._C_cuda) links the CUDA runtime and torch's CUDA library
+    of its CUDA version. Where they are missing, `import linrec` still works: the CPU kernel runs,
+    build_info says why the CUDA kernels are not there, and there are no compiled configs."""
+    import json
+
+    lines = run_python(FAIL_MODULE.format(module="linrec._C_cuda") + CPU_CALL_AND_INFO).splitlines()
+    info, configs = json.loads(lines[-2]), json.loads(lines[-1])
+    assert info["cuda"] is False and "cuda" not in info["backends"] and configs == []
+    assert "do not load: libtorch_cuda.so: cannot open shared object file" in info["cuda_unavailable"]
+
+
+@needs_cuda_part
+@pytest.mark.parametrize("torch_cuda", [None, "99.1"])
+def test_cuda_kernels_not_loaded_next_to_another_cuda(torch_cuda):
+    """Next to a CPU-only torch, or one of another CUDA major version, linrec._C_cuda is not even
+    loaded (two CUDA runtimes in one process); build_info names both versions."""
+    import json
+
+    patch = f"import torch; torch.version.cuda = {torch_cuda!r}\n"
+    lines = run_python(patch + CPU_CALL_AND_INFO).splitlines()
+    info = json.loads(lines[-2])
+    built = linrec._C.build_info()["cuda_version"]
+    assert info["cuda"] is False and json.loads(lines[-1]) == []
+    assert f"built for CUDA {built}" in info["cuda_unavailable"]
+    assert ("has CUDA 99.1" if torch_cuda else "has no CUDA") in info["cuda_unavailable"]

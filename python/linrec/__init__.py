@@ -16,26 +16,53 @@ import torch
 try:
     from . import _C
 except ImportError as _error:
-    # A binary wheel links the CUDA runtime and torch's CUDA library of the CUDA version it was
-    # built for; next to a CPU-only torch or one of another CUDA version they are missing.
-    _torch_cuda = f"CUDA {torch.version.cuda}" if torch.version.cuda else "no CUDA"
+    # linrec._C needs only torch's CPU libraries of the stable ABI (torch >= 2.10).
     raise ImportError(
-        f"linrec: its compiled extension does not load with this torch ({torch.__version__}, {_torch_cuda}): "
-        f"{_error}. The wheels are built per CUDA version: install the one for your torch's CUDA "
-        "(README, 'Install a binary wheel'), or build linrec against this torch: "
+        f"linrec: its compiled extension does not load with this torch ({torch.__version__}): {_error}. "
+        "linrec's binary wheels need torch >= 2.10; or build linrec against this torch: "
         "pip install --no-build-isolation --no-binary linrec linrec"
     ) from _error
 from ._args import normalize
 from ._ops import call_compiled
 from ._version import __version__
 
+
+def _load_cuda_kernels():
+    """linrec._C_cuda, the CUDA kernels, and None; or None and why they are not loaded.
+
+    That module links the CUDA runtime of the CUDA version it was built with and torch's
+    CUDA library, so it is loaded only next to a torch of the same CUDA major version. With
+    any other torch, CUDA tensors go to the Triton implementation (warning once a device)."""
+    built = _C.build_info()["cuda_version"]
+    if not built:
+        return None, "this build has no CUDA kernels"
+    if torch.version.cuda is None:
+        return None, f"the CUDA kernels were built for CUDA {built}, and this torch ({torch.__version__}) has no CUDA"
+    if torch.version.cuda.split(".")[0] != built.split(".")[0]:
+        return None, (f"the CUDA kernels were built for CUDA {built}, and this torch ({torch.__version__}) has "
+                      f"CUDA {torch.version.cuda}; install the wheel for it (README, 'Install a binary wheel')")
+    try:
+        from . import _C_cuda
+    except ImportError as error:
+        return None, f"the CUDA kernels (CUDA {built}) do not load: {error}"
+    return _C_cuda, None
+
+
+_C_cuda, _NO_CUDA_KERNELS = _load_cuda_kernels()
+_HAS_CUDA_KERNELS = _C_cuda is not None
+if not _HAS_CUDA_KERNELS:
+    from ._ops import register_missing_cuda_kernels
+
+    register_missing_cuda_kernels(_NO_CUDA_KERNELS)
+
 __all__ = ["linrec", "build_info", "compiled_configs", "__version__"]
 
 
 def build_info() -> dict:
     """What this installed build contains: version, backends, CUDA version and archs, kernel configs."""
-    info = dict(_C.build_info())
-    info["version"] = __version__
+    info = {"version": __version__, "cuda": _HAS_CUDA_KERNELS, **_C.build_info()}
+    if not _HAS_CUDA_KERNELS:
+        info["cuda_unavailable"] = _NO_CUDA_KERNELS
     backends = ["cpu"] + (["cuda"] if info["cuda"] else [])
     try:
         import triton  # noqa: F401
@@ -56,13 +83,14 @@ def compiled_configs(kernel: str = "tile") -> list[tuple[int, int, int, int]]:
 
     tile and pipe share one list; chained has those and its staged configs (memcode 3);
     strided (registers, memcode 0, or staged, memcode 3) and packed have their own.
+    Empty where the CUDA kernels are not loaded (build_info()["cuda_unavailable"] says why).
     """
     if kernel not in _CONFIG_FAMILIES:
         raise ValueError(f"linrec: kernel={kernel!r}; expected one of {', '.join(_CONFIG_FAMILIES)}")
-    return [tuple(c) for c in _C.compiled_configs(_CONFIG_FAMILIES[kernel])]
+    if not _HAS_CUDA_KERNELS:
+        return []
+    return [tuple(c) for c in _C_cuda.compiled_configs(_CONFIG_FAMILIES[kernel])]
 
-
-_HAS_CUDA_KERNELS = bool(_C.build_info()["cuda"])
 _BACKENDS = ("auto", "cuda", "triton")
 
 
@@ -102,14 +130,20 @@ def _resolve_backend(device_index: int) -> str:
     if choice not in _BACKENDS:
         raise ValueError(f"linrec: LINREC_BACKEND={choice!r}; expected one of {', '.join(_BACKENDS)}")
     capability = torch.cuda.get_device_capability(device_index)
-    compiled = _HAS_CUDA_KERNELS and _archs_cover(capability, _C.build_info()["cuda_archs"])
-    if choice == "cuda" and not compiled:
-        raise RuntimeError(f"linrec: LINREC_BACKEND=cuda, but this build has no CUDA kernels for "
-                           f"{torch.cuda.get_device_name(device_index)} (archs: {_C.build_info()['cuda_archs']!r})")
-    if choice == "triton" or not compiled:
+    archs = _C.build_info()["cuda_archs"]
+    name = torch.cuda.get_device_name(device_index)
+    if not _HAS_CUDA_KERNELS:
+        why = _NO_CUDA_KERNELS
+    elif not _archs_cover(capability, archs):
+        why = f"this build has no kernels for {name} (archs: {archs!r})"
+    else:
+        why = None
+    if choice == "cuda" and why:
+        raise RuntimeError(f"linrec: LINREC_BACKEND=cuda, but {why}")
+    if choice == "triton" or why:
         if choice == "auto":
-            warnings.warn(f"linrec: no compiled kernels for {torch.cuda.get_device_name(device_index)} in this "
-                          "build; using the Triton implementation", stacklevel=3)
+            warnings.warn(f"linrec: no compiled kernels for {name}: {why}; using the Triton implementation",
+                          stacklevel=3)
         return "triton"
     return "cuda"
 

@@ -131,3 +131,21 @@ def call_compiled(inputs, coeffs, initial, dim, reverse, kernel=KERNEL_AUTO, ele
             algocode)
     function = _autograd_function(inputs, coeffs, initial)
     return fwd_op_no_autograd(*args) if function is None else function.apply(*args)
+
+
+_missing_cuda_kernels = None  # the torch.library.Library holding the registrations below, kept alive
+
+
+def register_missing_cuda_kernels(reason: str) -> None:
+    """Where linrec._C_cuda is not loaded (linrec/__init__.py), the ops' CUDA kernels raise a
+    RuntimeError naming `reason`, not the dispatcher's 'could not run ... with arguments from the
+    CUDA backend'. linrec.linrec sends CUDA tensors to Triton then; these reach direct op calls."""
+    global _missing_cuda_kernels
+
+    def unavailable(*args, **kwargs):
+        raise RuntimeError(f"linrec: the compiled CUDA kernels are not loaded: {reason}. linrec.linrec runs the "
+                           "Triton implementation on CUDA tensors instead")
+
+    _missing_cuda_kernels = torch.library.Library("linrec", "IMPL")
+    for name in ("linrec_fwd", "_linrec_fwd", "linrec_bwd"):
+        _missing_cuda_kernels.impl(name, unavailable, "CUDA")

@@ -10,7 +10,6 @@ import argparse
 import json
 
 import linrec
-from linrec import _C
 
 DTYPES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}
 KINDS = {"ref": 1, "tile": 2, "pipe": 3, "chained": 4, "strided": 5, "packed": 6}
@@ -30,7 +29,7 @@ def collect():
     for dtype, d in DTYPES.items():
         for backward in (False, True):
             rows.append(dict(kernel="ref", dtype=dtype, backward=backward, config=None,
-                             **_C.func_attrs(d, KINDS["ref"], backward, 0, 0, 0, 0, 0)))
+                             **linrec._C_cuda.func_attrs(d, KINDS["ref"], backward, 0, 0, 0, 0, 0)))
             for kind in ("tile", "pipe", "chained", "strided", "packed"):
                 for config in linrec.compiled_configs(kind):
                     variants = {"": 0}
@@ -38,7 +37,7 @@ def collect():
                         variants.update(ROWS_VARIANTS)
                     for suffix, variant in variants.items():
                         rows.append(dict(kernel=kind + suffix, dtype=dtype, backward=backward, config=config,
-                                         **_C.func_attrs(d, KINDS[kind], backward, variant, *config)))
+                                         **linrec._C_cuda.func_attrs(d, KINDS[kind], backward, variant, *config)))
     return rows
 
 

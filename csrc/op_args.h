@@ -1,0 +1,227 @@
+// From the ops' tensor arguments to the kernels' params structs (params.h): the
+// checks every op runs, output allocation, and the layout of each tensor as
+// sequence and element strides. Shared by the CPU ops (ops.cpp, linrec._C) and
+// the CUDA ops (ops_cuda.cpp, linrec._C_cuda), which are separate modules so
+// that the CPU one loads next to any torch (setup.py).
+#pragma once
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/core/ScalarType.h>
+#include <torch/headeronly/util/Exception.h>
+
+#include <array>
+#include <cstdlib>
+#include <optional>
+#include <tuple>
+#include <vector>
+
+#include "config.h"
+#include "params.h"
+
+namespace linrec {
+
+using torch::headeronly::ScalarType;
+using torch::stable::Tensor;
+
+inline DType to_dtype(ScalarType t) {
+  switch (t) {
+    case ScalarType::Float: return DType::kFloat32;
+    case ScalarType::Double: return DType::kFloat64;
+    case ScalarType::Half: return DType::kFloat16;
+    case ScalarType::BFloat16: return DType::kBFloat16;
+    default:
+      STD_TORCH_CHECK(false, "linrec: unsupported dtype ", torch::headeronly::toString(t),
+                      "; expected float32, float64, float16 or bfloat16");
+  }
+}
+
+inline int64_t wrap_dim(int64_t dim, int64_t ndim) {
+  STD_TORCH_CHECK(ndim >= 1, "linrec: inputs must have at least one dimension");
+  STD_TORCH_CHECK(dim >= -ndim && dim < ndim, "linrec: dim ", dim, " is out of range for a tensor of ",
+                  ndim, " dimensions");
+  return dim < 0 ? dim + ndim : dim;
+}
+
+// Shape of `full` without its scan dim: the shape of `initial`.
+inline std::vector<int64_t> state_shape(const Tensor& full, int64_t dim) {
+  std::vector<int64_t> out;
+  for (int64_t k = 0; k < full.dim(); ++k)
+    if (k != dim) out.push_back(full.size(k));
+  return out;
+}
+
+inline void check_same(const Tensor& ref, const Tensor& t, const char* ref_name, const char* name,
+                bool is_state, int64_t dim) {
+  STD_TORCH_CHECK(t.scalar_type() == ref.scalar_type(), "linrec: ", name, " has dtype ",
+                  torch::headeronly::toString(t.scalar_type()), " but ", ref_name, " has ",
+                  torch::headeronly::toString(ref.scalar_type()));
+  STD_TORCH_CHECK(t.device() == ref.device(), "linrec: ", name, " is on a different device than ",
+                  ref_name);
+  const std::vector<int64_t> want =
+      is_state ? state_shape(ref, dim) : std::vector<int64_t>(ref.sizes().begin(), ref.sizes().end());
+  const std::vector<int64_t> got(t.sizes().begin(), t.sizes().end());
+  STD_TORCH_CHECK(got == want, "linrec: ", name, " must have the shape of ", ref_name,
+                  is_state ? " without dim" : "", " (broadcast it in Python first)");
+}
+
+// One tensor as the layout builder sees it: its strides over the sequence dims
+// and along the scan dim. `state` tensors (initial) have no scan dim.
+struct Operand {
+  const Tensor* tensor;
+  bool state;
+};
+
+// Fills `index` with the merged sequence dims of all operands; see SeqIndexer.
+template <int K>
+void build_index(const std::vector<int64_t>& seq_sizes_full, int64_t dim,
+                 const std::array<std::optional<Operand>, K>& ops, SeqIndexer<K>& index) {
+  // Per-dim sizes and strides, scan dim removed, size-1 dims dropped.
+  std::vector<int64_t> sizes;
+  std::vector<std::array<int64_t, K>> strides;
+  const int64_t ndim = static_cast<int64_t>(seq_sizes_full.size());
+  for (int64_t k = 0; k < ndim; ++k) {
+    if (k == dim || seq_sizes_full[k] == 1) continue;
+    std::array<int64_t, K> s{};
+    for (int t = 0; t < K; ++t) {
+      if (!ops[t]) continue;
+      const Tensor& x = *ops[t]->tensor;
+      s[t] = ops[t]->state ? x.stride(k < dim ? k : k - 1) : x.stride(k);
+    }
+    sizes.push_back(seq_sizes_full[k]);
+    strides.push_back(s);
+  }
+  // Merge dim k into k+1 where every operand is laid out as one flat dim.
+  for (int64_t k = static_cast<int64_t>(sizes.size()) - 2; k >= 0; --k) {
+    bool mergeable = true;
+    for (int t = 0; t < K; ++t)
+      mergeable &= strides[k][t] == strides[k + 1][t] * sizes[k + 1];
+    if (!mergeable) continue;
+    sizes[k + 1] *= sizes[k];
+    sizes.erase(sizes.begin() + k);
+    strides.erase(strides.begin() + k);
+  }
+  STD_TORCH_CHECK(static_cast<int>(sizes.size()) <= kMaxSeqDims, "linrec: the layout of the tensors has ",
+                  sizes.size(), " non-mergeable batch dimensions (at most ", kMaxSeqDims,
+                  " are supported); call .contiguous() on the inputs");
+  index.num_dims = static_cast<int>(sizes.size());
+  for (int k = 0; k < index.num_dims; ++k) {
+    index.sizes[k] = sizes[k];
+    for (int t = 0; t < K; ++t) index.seq_strides[t][k] = strides[k][t];
+  }
+  for (int t = 0; t < K; ++t)
+    index.elem_strides[t] = (ops[t] && !ops[t]->state) ? ops[t]->tensor->stride(dim) : 0;
+}
+
+// Whether, in tensor slot t, some sequence dim lies closer in memory than the
+// scan dim (channel-last data scanned over T): the strided kernels then run
+// lanes across neighbouring sequences. Otherwise a sequence's own elements are
+// nearest (unit stride, or a view such as x[..., ::2]) and the per-sequence
+// kernels read along it; the strided kernels would read one sector a lane.
+// Broadcast dims (stride 0) say nothing about where sequences lie.
+template <int K>
+bool seqs_interleaved(const SeqIndexer<K>& index, int t) {
+  const int64_t elem = std::abs(index.elem_strides[t]);
+  if (elem <= 1) return false;
+  for (int k = 0; k < index.num_dims; ++k) {
+    const int64_t s = std::abs(index.seq_strides[t][k]);
+    if (s != 0 && s < elem) return true;
+  }
+  return false;
+}
+
+inline int64_t count_seqs(const Tensor& t, int64_t dim) {
+  int64_t n = 1;
+  for (int64_t k = 0; k < t.dim(); ++k)
+    if (k != dim) n *= t.size(k);
+  return n;
+}
+
+// One forward call with its arguments checked: the output, allocated, and the
+// params that describe it, complete but for the kernel's workspace. `empty`: no
+// element to compute (the output is returned as it is).
+struct ForwardCall {
+  torch::stable::Tensor outputs;
+  ForwardParams p;
+  DType dtype;
+  bool empty;
+};
+
+inline ForwardCall prepare_fwd(const Tensor& inputs, const Tensor& coeffs, const std::optional<Tensor>& initial,
+                        int64_t dim, bool reverse) {
+  dim = wrap_dim(dim, inputs.dim());
+  const DType dtype = to_dtype(inputs.scalar_type());
+  check_same(inputs, coeffs, "inputs", "coeffs", false, dim);
+  if (initial) check_same(inputs, *initial, "inputs", "initial", true, dim);
+
+  ForwardCall call{torch::stable::empty_like(inputs), ForwardParams{}, dtype, inputs.numel() == 0};
+  ForwardParams& p = call.p;
+  p.num_seqs = count_seqs(inputs, dim);
+  p.seq_len = inputs.size(dim);
+  p.reverse = reverse;
+  if (call.empty) return call;
+  std::array<std::optional<Operand>, kNumFwdSlots> ops;
+  ops[kFwdInputs] = Operand{&inputs, false};
+  ops[kFwdCoeffs] = Operand{&coeffs, false};
+  ops[kFwdOutputs] = Operand{&call.outputs, false};
+  if (initial) ops[kFwdInitial] = Operand{&*initial, true};
+  const std::vector<int64_t> sizes(inputs.sizes().begin(), inputs.sizes().end());
+  build_index<kNumFwdSlots>(sizes, dim, ops, p.index);
+  p.inputs = inputs.const_data_ptr();
+  p.coeffs = coeffs.const_data_ptr();
+  p.initial = initial ? initial->const_data_ptr() : nullptr;
+  p.outputs = call.outputs.mutable_data_ptr();
+  return call;
+}
+
+// One backward call, likewise: the three gradients and their params.
+struct BackwardCall {
+  torch::stable::Tensor d_inputs, d_coeffs, d_initial;
+  BackwardParams p;
+  DType dtype;
+  bool empty;
+  std::tuple<Tensor, Tensor, Tensor> grads() const { return {d_inputs, d_coeffs, d_initial}; }
+};
+
+inline BackwardCall prepare_bwd(const Tensor& d_outputs, const Tensor& coeffs, const Tensor& outputs,
+                         const std::optional<Tensor>& initial, int64_t dim, bool reverse) {
+  dim = wrap_dim(dim, d_outputs.dim());
+  const DType dtype = to_dtype(d_outputs.scalar_type());
+  check_same(d_outputs, coeffs, "d_outputs", "coeffs", false, dim);
+  check_same(d_outputs, outputs, "d_outputs", "outputs", false, dim);
+  if (initial) check_same(d_outputs, *initial, "d_outputs", "initial", true, dim);
+
+  BackwardCall call{torch::stable::empty_like(d_outputs), torch::stable::empty_like(d_outputs),
+                    torch::stable::new_empty(d_outputs, state_shape(d_outputs, dim)), BackwardParams{}, dtype, false};
+  BackwardParams& p = call.p;
+  p.num_seqs = count_seqs(d_outputs, dim);
+  p.seq_len = d_outputs.size(dim);
+  p.reverse = reverse;
+  if (p.seq_len == 0) {  // no step: the state passes through untouched
+    torch::stable::zero_(call.d_initial);
+    call.empty = true;
+    return call;
+  }
+  call.empty = p.num_seqs == 0;
+  if (call.empty) return call;
+  std::array<std::optional<Operand>, kNumBwdSlots> ops;
+  ops[kBwdDOutputs] = Operand{&d_outputs, false};
+  ops[kBwdCoeffs] = Operand{&coeffs, false};
+  ops[kBwdOutputs] = Operand{&outputs, false};
+  if (initial) ops[kBwdInitial] = Operand{&*initial, true};
+  ops[kBwdDInputs] = Operand{&call.d_inputs, false};
+  ops[kBwdDCoeffs] = Operand{&call.d_coeffs, false};
+  ops[kBwdDInitial] = Operand{&call.d_initial, true};
+  const std::vector<int64_t> sizes(d_outputs.sizes().begin(), d_outputs.sizes().end());
+  build_index<kNumBwdSlots>(sizes, dim, ops, p.index);
+  p.d_outputs = d_outputs.const_data_ptr();
+  p.coeffs = coeffs.const_data_ptr();
+  p.outputs = outputs.const_data_ptr();
+  p.initial = initial ? initial->const_data_ptr() : nullptr;
+  p.d_inputs = call.d_inputs.mutable_data_ptr();
+  p.d_coeffs = call.d_coeffs.mutable_data_ptr();
+  p.d_initial = call.d_initial.mutable_data_ptr();
+  return call;
+}
+
+}  // namespace linrec
