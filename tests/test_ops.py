@@ -134,6 +134,9 @@ BAD_INPUTS = [
     ("int initial", dict(inputs=X, coeffs=0.5, initial=torch.ones(2, 3, dtype=torch.int32)), "initial has dtype"),
     ("dim", dict(inputs=X, coeffs=0.5, dim=3), "dim=3 is out of range"),
     ("negative dim", dict(inputs=X, coeffs=0.5, dim=-4), "dim=-4 is out of range"),
+    ("float dim", dict(inputs=X, coeffs=0.5, dim=1.0), "dim must be an int, got float"),
+    ("bool dim", dict(inputs=X, coeffs=0.5, dim=True), "dim must be an int, got bool"),
+    ("index dim out of range", dict(inputs=X, coeffs=0.5, dim=torch.tensor(3)), "dim=3 is out of range"),
     ("initial shape", dict(inputs=X, coeffs=0.5, initial=torch.randn(2, 5)), "initial of shape"),
     ("0-d inputs", dict(inputs=torch.tensor(1.0), coeffs=0.5), "at least one dimension"),
     ("not a tensor", dict(inputs=[1.0, 2.0], coeffs=0.5), "inputs must be a tensor"),
@@ -164,6 +167,25 @@ def test_reverse_checked_by_every_wrapper(impl):
     fn = getattr(importlib.import_module(f"linrec.impl.{module}"), name)
     with pytest.raises(ValueError, match="reverse must be a bool, got 'yes'"):
         fn(X, torch.rand_like(X), "yes")
+
+
+class IndexLike:
+    """An integer type of another library (numpy.int64 and the like): an int through __index__."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __index__(self):
+        return self.value
+
+
+@pytest.mark.parametrize("impl", ["linrec", "python.linrec_ref", "python.linrec_hop"])
+@pytest.mark.parametrize("dim", [IndexLike(1), IndexLike(-2), torch.tensor(1)], ids=["index", "negative", "tensor"])
+def test_integer_dim_of_another_type(impl, dim):
+    from conftest import CPU_IMPLS
+
+    x, c = torch.randn(3, 7, 2, dtype=torch.float64), torch.rand(3, 7, 2, dtype=torch.float64)
+    torch.testing.assert_close(CPU_IMPLS[impl](x, c, dim=dim), reference(x, c, dim=1), rtol=1e-12, atol=1e-12)
 
 
 def test_device_mismatch_error():

@@ -8,6 +8,7 @@ they must have, dim non-negative. Errors name the argument at fault.
 from __future__ import annotations
 
 import numbers
+import operator
 
 import torch
 
@@ -34,6 +35,17 @@ def _as_tensor(name: str, value, like: torch.Tensor) -> torch.Tensor:
     raise ValueError(f"linrec: {name} must be a tensor or a real number, got {type(value).__name__}")
 
 
+def _as_dim(dim) -> int:
+    """An integer dim of another type (numpy.int64, an integer torch scalar) as an int, through
+    __index__; a bool, float or anything else raises."""
+    if not isinstance(dim, bool):
+        try:
+            return operator.index(dim)
+        except TypeError:
+            pass
+    raise ValueError(f"linrec: dim must be an int, got {type(dim).__name__}")
+
+
 def state_shape(shape: torch.Size, dim: int) -> torch.Size:
     """The shape of the recurrent state: `shape` without `dim`."""
     return shape[:dim] + shape[dim + 1 :]
@@ -55,7 +67,7 @@ def normalize(inputs, coeffs, initial, dim: int, reverse=False):
     if inputs.dim() == 0:
         raise ValueError("linrec: inputs must have at least one dimension (the sequence)")
     if not isinstance(dim, int) or isinstance(dim, bool):
-        raise ValueError(f"linrec: dim must be an int, got {type(dim).__name__}")
+        dim = _as_dim(dim)
     if not -inputs.dim() <= dim < inputs.dim():
         raise ValueError(f"linrec: dim={dim} is out of range for inputs with {inputs.dim()} dimensions")
     dim = dim % inputs.dim()
