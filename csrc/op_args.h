@@ -52,7 +52,7 @@ inline std::vector<int64_t> state_shape(const Tensor& full, int64_t dim) {
 }
 
 inline void check_same(const Tensor& ref, const Tensor& t, const char* ref_name, const char* name,
-                bool is_state, int64_t dim) {
+                       bool is_state, int64_t dim) {
   STD_TORCH_CHECK(t.scalar_type() == ref.scalar_type(), "linrec: ", name, " has dtype ",
                   torch::headeronly::toString(t.scalar_type()), " but ", ref_name, " has ",
                   torch::headeronly::toString(ref.scalar_type()));
@@ -148,7 +148,7 @@ struct ForwardCall {
 };
 
 inline ForwardCall prepare_fwd(const Tensor& inputs, const Tensor& coeffs, const std::optional<Tensor>& initial,
-                        int64_t dim, bool reverse) {
+                               int64_t dim, bool reverse) {
   dim = wrap_dim(dim, inputs.dim());
   const DType dtype = to_dtype(inputs.scalar_type());
   check_same(inputs, coeffs, "inputs", "coeffs", false, dim);
@@ -184,7 +184,7 @@ struct BackwardCall {
 };
 
 inline BackwardCall prepare_bwd(const Tensor& d_outputs, const Tensor& coeffs, const Tensor& outputs,
-                         const std::optional<Tensor>& initial, int64_t dim, bool reverse) {
+                                const std::optional<Tensor>& initial, int64_t dim, bool reverse) {
   dim = wrap_dim(dim, d_outputs.dim());
   const DType dtype = to_dtype(d_outputs.scalar_type());
   check_same(d_outputs, coeffs, "d_outputs", "coeffs", false, dim);
