@@ -111,7 +111,7 @@ def extensions():
 setup(
     version=version(),
     package_dir={"": "python"},
-    packages=["linrec", "linrec.impl"],
+    packages=["linrec", "linrec.impl", "linrec.models"],
     ext_modules=extensions(),
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
     options={"bdist_wheel": {"py_limited_api": "cp310"}},

@@ -1,0 +1,195 @@
+"""linrec.models against step-by-step float64 references written here, on the CPU (and on the
+GPU where there is one): the selective scan, GILR and LS-LSTM, values and gradients."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from linrec.models import GILR, LSLSTM, selective_scan
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def selective_scan_loop(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False):
+    """mamba_ssm's selective scan one step at a time, in float64: returns y and the last state."""
+    u, delta, A, B, C = (t.double() for t in (u, delta, A, B, C))
+    batch, channels, length = u.shape
+    dt = delta + (delta_bias.double()[:, None] if delta_bias is not None else 0)
+    if delta_softplus:
+        dt = torch.log1p(torch.exp(dt))
+    if B.dim() == 3:
+        B, C = B[:, None], C[:, None]
+    state = torch.zeros(batch, channels, A.shape[1], dtype=torch.float64, device=u.device)
+    ys = []
+    for l in range(length):
+        if B.dim() == 2:  # input-independent: (channels, states)
+            b_l, c_l = B, C
+        else:  # (batch, groups, states, length): channel d reads group d // (channels // groups)
+            per_group = channels // B.shape[1]
+            b_l = B[..., l].repeat_interleave(per_group, dim=1)
+            c_l = C[..., l].repeat_interleave(per_group, dim=1)
+        state = torch.exp(dt[..., l, None] * A) * state + (dt[..., l] * u[..., l])[..., None] * b_l
+        ys.append((state * c_l).sum(-1))
+    y = torch.stack(ys, -1) if ys else u.new_zeros(batch, channels, 0)
+    if D is not None:
+        y = y + D.double()[:, None] * u
+    if z is not None:
+        y = y * F.silu(z.double())
+    return y, state
+
+
+def scan_args(batch, channels, states, length, kind, groups=1, device="cpu", dtype=torch.float64):
+    g = torch.Generator().manual_seed(batch * 1000 + length)
+    rand = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).to(device=device, dtype=dtype)  # noqa: E731
+    # Positive step sizes and a negative A: decays in (0, 1], as in a trained model.
+    u, delta, z = rand(batch, channels, length), rand(batch, channels, length).abs() * 0.5, rand(batch, channels, length)
+    A = -torch.rand(channels, states, generator=g, dtype=torch.float64).to(device=device, dtype=dtype) * 2
+    if kind == "constant":
+        B, C = rand(channels, states), rand(channels, states)
+    elif kind == "input":
+        B, C = rand(batch, states, length), rand(batch, states, length)
+    else:
+        B, C = rand(batch, groups, states, length), rand(batch, groups, states, length)
+    D, bias = rand(channels), rand(channels).abs()
+    return dict(u=u, delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=bias)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind,groups", [("constant", 1), ("input", 1), ("grouped", 2)])
+@pytest.mark.parametrize("extras", [False, True], ids=["plain", "D-z-bias-softplus"])
+@pytest.mark.parametrize("length", [1, 37, 300])
+def test_selective_scan_matches_loop(device, kind, groups, extras, length):
+    args = scan_args(2, 4, 3, length, kind, groups, device)
+    if not extras:
+        args = {k: v for k, v in args.items() if k not in ("D", "z", "delta_bias")}
+    y, last = selective_scan(**args, delta_softplus=extras, return_last_state=True)
+    y_ref, last_ref = selective_scan_loop(**args, delta_softplus=extras)
+    torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(last, last_ref, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_selective_scan_low_precision_inputs(device, dtype):
+    """16-bit and float32 inputs scan in float32 (exp(dt * A) near 1 does not survive bfloat16)."""
+    args = scan_args(2, 8, 4, 2049, "input", device=device, dtype=dtype)
+    for name in ("delta_bias", "D", "z"):  # the scan alone
+        del args[name]
+    args["delta"] = args["delta"] * 0.01  # decays of 0.99-1: bfloat16 has steps of 0.002-0.004 there
+    y = selective_scan(**args)
+    y_ref, _ = selective_scan_loop(**args)
+    assert y.dtype == dtype
+    # bfloat16 output rounding alone: 0.0016 on the CPU; bfloat16 coefficients would give 0.31.
+    tol = 1e-4 if dtype == torch.float32 else 5e-3
+    assert ((y.double() - y_ref).norm() / y_ref.norm()).item() < tol
+
+
+def test_selective_scan_gradients():
+    args = scan_args(2, 3, 2, 9, "grouped", groups=3)
+    args = {k: v.requires_grad_() for k, v in args.items()}
+    assert torch.autograd.gradcheck(lambda *t: selective_scan(*t, delta_softplus=True), tuple(args.values()))
+
+
+def test_selective_scan_empty_sequence():
+    args = scan_args(2, 3, 4, 0, "input")
+    y, last = selective_scan(**args, return_last_state=True)
+    assert y.shape == (2, 3, 0) and torch.equal(last, torch.zeros(2, 3, 4, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("change,message", [
+    (dict(delta=torch.zeros(2, 4, 5)), "delta must have u's shape"),
+    (dict(A=torch.zeros(5, 3)), "A of shape"),
+    (dict(A=torch.zeros(4, 3, dtype=torch.complex64)), "A must be real"),
+    (dict(B=torch.zeros(2, 3, 3, 9)), "B of shape"),
+    (dict(C=torch.zeros(2, 3, 3, 7)), "C has 3 groups, which do not divide channels=4"),
+    (dict(D=torch.zeros(3)), "D of shape"),
+    (dict(z=torch.zeros(2, 4)), "z must have u's shape"),
+    (dict(B=[1.0]), "B must be a tensor"),
+])
+def test_selective_scan_errors_name_the_argument(change, message):
+    args = {**scan_args(2, 4, 3, 7, "input"), **change}
+    with pytest.raises(ValueError, match=message):
+        selective_scan(**args)
+
+
+def gilr_loop(layer, x, h0=None):
+    """GILR one step at a time, in float64, on (length, batch, features) inputs."""
+    U, V = layer.proj.weight.double().chunk(2, 0)
+    b_g, b_i = layer.proj.bias.double().chunk(2, 0)
+    h = h0.double() if h0 is not None else x.new_zeros(x.shape[1], layer.hidden_size, dtype=torch.float64)
+    out = []
+    for x_t in x.double():
+        g = torch.sigmoid(x_t @ U.T + b_g)
+        h = g * h + (1 - g) * torch.tanh(x_t @ V.T + b_i)
+        out.append(h)
+    return torch.stack(out)
+
+
+def lslstm_loop(layer, x, c0=None, s0=None):
+    """LS-LSTM one step at a time, in float64, on (length, batch, features) inputs: h, c, surrogate."""
+    batch, n = x.shape[1], layer.hidden_size
+    zeros = x.new_zeros(batch, n, dtype=torch.float64)
+    surrogate = gilr_loop(layer.surrogate, x, s0)
+    Vx = layer.input_proj.weight.double()
+    b = layer.input_proj.bias.double()
+    Uh = layer.surrogate_proj.weight.double()
+    c = c0.double() if c0 is not None else zeros
+    prev = s0.double() if s0 is not None else zeros
+    hs, cs = [], []
+    for t, x_t in enumerate(x.double()):
+        f, i, o, z = (x_t @ Vx.T + b + prev @ Uh.T).chunk(4, -1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(z)
+        hs.append(torch.sigmoid(o) * c)
+        cs.append(c)
+        prev = surrogate[t]
+    return torch.stack(hs), torch.stack(cs), surrogate
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("with_state", [False, True])
+def test_gilr_matches_loop(device, batch_first, with_state):
+    torch.manual_seed(0)
+    layer = GILR(5, 7, batch_first=batch_first, device=device, dtype=torch.float64)
+    x = torch.randn(41, 3, 5, dtype=torch.float64, device=device)  # (length, batch, features)
+    h0 = torch.randn(3, 7, dtype=torch.float64, device=device) if with_state else None
+    h = layer(x.transpose(0, 1) if batch_first else x, h0)
+    torch.testing.assert_close(h.transpose(0, 1) if batch_first else h, gilr_loop(layer, x, h0),
+                               rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("with_state", [False, True])
+def test_lslstm_matches_loop(device, batch_first, with_state):
+    torch.manual_seed(1)
+    layer = LSLSTM(4, 6, batch_first=batch_first, device=device, dtype=torch.float64)
+    x = torch.randn(33, 2, 4, dtype=torch.float64, device=device)
+    state = tuple(torch.randn(2, 6, dtype=torch.float64, device=device) for _ in range(2)) if with_state else None
+    h, (h_last, c_last, s_last) = layer(x.transpose(0, 1) if batch_first else x, state)
+    h_ref, c_ref, s_ref = lslstm_loop(layer, x, *(state or (None, None)))
+    torch.testing.assert_close(h.transpose(0, 1) if batch_first else h, h_ref, rtol=1e-12, atol=1e-12)
+    for got, want in ((h_last, h_ref[-1]), (c_last, c_ref[-1]), (s_last, s_ref[-1])):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_gilr_and_lslstm_gradients():
+    torch.manual_seed(2)
+    x = torch.randn(2, 11, 3, dtype=torch.float64, requires_grad=True)
+    gilr = GILR(3, 4, batch_first=True, dtype=torch.float64)
+    h0 = torch.randn(2, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, h0, *p: gilr(x, h0), (x, h0, *gilr.parameters()))
+    lstm = LSLSTM(3, 4, batch_first=True, dtype=torch.float64)
+    state = tuple(torch.randn(2, 4, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    assert torch.autograd.gradcheck(lambda x, c0, s0, *p: lstm(x, (c0, s0))[0], (x, *state, *lstm.parameters()))
+
+
+def test_layer_errors_name_the_argument():
+    with pytest.raises(ValueError, match="input of shape \\(2, 5\\) must be 3-d with 3 features"):
+        GILR(3, 4)(torch.zeros(2, 5))
+    with pytest.raises(ValueError, match="h0 of shape \\(4,\\) must be \\(batch=2, 4\\)"):
+        GILR(3, 4)(torch.zeros(7, 2, 3), torch.zeros(4))
+    with pytest.raises(ValueError, match="c0 of shape"):
+        LSLSTM(3, 4, batch_first=True)(torch.zeros(2, 7, 3), (torch.zeros(3, 4), torch.zeros(2, 4)))
+    with pytest.raises(ValueError, match="at least one step"):
+        LSLSTM(3, 4)(torch.zeros(0, 2, 3))
