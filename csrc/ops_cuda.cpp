@@ -17,14 +17,19 @@
 namespace linrec {
 namespace {
 
+// The ops' last five arguments, as the schema passes them (ops.cpp): which kernel, and its config.
+struct KernelArgs {
+  int64_t kernel, elems_per_thread, threads_per_block, memcode, algocode;
+};
+
 struct LaunchChoice {
   KernelKind kind;
   TileConfig config;
 };
 
-LaunchChoice choose(int64_t kernel, int64_t elems_per_thread, int64_t threads_per_block, int64_t memcode,
-                    int64_t algocode, int64_t seq_len, int64_t num_seqs, bool interleaved, bool backward,
+LaunchChoice choose(const KernelArgs& args, int64_t seq_len, int64_t num_seqs, bool interleaved, bool backward,
                     DType dtype, int device) {
+  const auto [kernel, elems_per_thread, threads_per_block, memcode, algocode] = args;
   STD_TORCH_CHECK(kernel >= 0 && kernel <= 6,
                   "linrec: kernel must be 0 (auto), 1 (ref), 2 (tile), 3 (pipe), 4 (chained), 5 (strided) or 6 "
                   "(packed), got ", kernel);
@@ -68,19 +73,32 @@ void* current_stream(const Tensor& t) {
   return stream;
 }
 
+// Picks the kernel for p's shape (`interleaved`: sequences lie nearer each other in memory
+// than a sequence's own elements), allocates its workspace and launches it (`launch`: cuda_fwd
+// or cuda_bwd) on torch's current stream of `like`'s device.
+template <typename Params>
+using CudaLaunch = void (*)(const Params&, DType, KernelKind, const TileConfig&, void* stream);
+
+template <typename Params>
+void launch_on_current_stream(const Tensor& like, Params& p, DType dtype, const KernelArgs& args, bool interleaved,
+                              bool backward, CudaLaunch<Params> launch) {
+  torch::stable::accelerator::DeviceGuard guard(like.get_device_index());
+  const LaunchChoice c = choose(args, p.seq_len, p.num_seqs, interleaved, backward, dtype, like.get_device_index());
+  const std::optional<Tensor> workspace = chain_workspace(like, dtype, c, p.num_seqs, p.seq_len);
+  if (workspace) p.chain_workspace = workspace->mutable_data_ptr();
+  launch(p, dtype, c.kind, c.config, current_stream(like));
+}
+
 Tensor linrec_fwd_cuda(Tensor inputs, Tensor coeffs, std::optional<Tensor> initial, int64_t dim, bool reverse,
                        int64_t kernel, int64_t elems_per_thread, int64_t threads_per_block, int64_t memcode,
                        int64_t algocode) {
   ForwardCall call = prepare_fwd(inputs, coeffs, initial, dim, reverse);
   if (call.empty) return call.outputs;
-  ForwardParams& p = call.p;
-  torch::stable::accelerator::DeviceGuard guard(inputs.get_device_index());
-  const bool interleaved = seqs_interleaved(p.index, kFwdInputs) || seqs_interleaved(p.index, kFwdOutputs);
-  const LaunchChoice c = choose(kernel, elems_per_thread, threads_per_block, memcode, algocode, p.seq_len,
-                                p.num_seqs, interleaved, false, call.dtype, inputs.get_device_index());
-  const std::optional<Tensor> workspace = chain_workspace(inputs, call.dtype, c, p.num_seqs, p.seq_len);
-  if (workspace) p.chain_workspace = workspace->mutable_data_ptr();
-  cuda_fwd(p, call.dtype, c.kind, c.config, current_stream(inputs));
+  const bool interleaved =
+      seqs_interleaved(call.p.index, kFwdInputs) || seqs_interleaved(call.p.index, kFwdOutputs);
+  launch_on_current_stream(inputs, call.p, call.dtype,
+                           {kernel, elems_per_thread, threads_per_block, memcode, algocode}, interleaved, false,
+                           &cuda_fwd);
   return call.outputs;
 }
 
@@ -90,14 +108,11 @@ std::tuple<Tensor, Tensor, Tensor> linrec_bwd_cuda(Tensor d_outputs, Tensor coef
                                                    int64_t threads_per_block, int64_t memcode, int64_t algocode) {
   BackwardCall call = prepare_bwd(d_outputs, coeffs, outputs, initial, dim, reverse);
   if (call.empty) return call.grads();
-  BackwardParams& p = call.p;
-  torch::stable::accelerator::DeviceGuard guard(d_outputs.get_device_index());
-  const bool interleaved = seqs_interleaved(p.index, kBwdDOutputs) || seqs_interleaved(p.index, kBwdDInputs);
-  const LaunchChoice c = choose(kernel, elems_per_thread, threads_per_block, memcode, algocode, p.seq_len,
-                                p.num_seqs, interleaved, true, call.dtype, d_outputs.get_device_index());
-  const std::optional<Tensor> workspace = chain_workspace(d_outputs, call.dtype, c, p.num_seqs, p.seq_len);
-  if (workspace) p.chain_workspace = workspace->mutable_data_ptr();
-  cuda_bwd(p, call.dtype, c.kind, c.config, current_stream(d_outputs));
+  const bool interleaved =
+      seqs_interleaved(call.p.index, kBwdDOutputs) || seqs_interleaved(call.p.index, kBwdDInputs);
+  launch_on_current_stream(d_outputs, call.p, call.dtype,
+                           {kernel, elems_per_thread, threads_per_block, memcode, algocode}, interleaved, true,
+                           &cuda_bwd);
   return call.grads();
 }
 

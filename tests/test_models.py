@@ -42,7 +42,8 @@ def scan_args(batch, channels, states, length, kind, groups=1, device="cpu", dty
     g = torch.Generator().manual_seed(batch * 1000 + length)
     rand = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).to(device=device, dtype=dtype)  # noqa: E731
     # Positive step sizes and a negative A: decays in (0, 1], as in a trained model.
-    u, delta, z = rand(batch, channels, length), rand(batch, channels, length).abs() * 0.5, rand(batch, channels, length)
+    u, z = rand(batch, channels, length), rand(batch, channels, length)
+    delta = rand(batch, channels, length).abs() * 0.5
     A = -torch.rand(channels, states, generator=g, dtype=torch.float64).to(device=device, dtype=dtype) * 2
     if kind == "constant":
         B, C = rand(channels, states), rand(channels, states)
