@@ -146,30 +146,37 @@ def lslstm_loop(layer, x, c0=None, s0=None):
     return torch.stack(hs), torch.stack(cs), surrogate
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("batch_first", [False, True])
-@pytest.mark.parametrize("with_state", [False, True])
+def layer_cases(test):
+    """Both layouts, with and without an entering state, on every device."""
+    for name, values in (("device", DEVICES), ("batch_first", [False, True]), ("with_state", [False, True])):
+        test = pytest.mark.parametrize(name, values)(test)
+    return test
+
+
+def as_layout(t, batch_first):
+    """A (length, batch, ...) tensor in the layer's layout, or back."""
+    return t.transpose(0, 1) if batch_first else t
+
+
+@layer_cases
 def test_gilr_matches_loop(device, batch_first, with_state):
     torch.manual_seed(0)
     layer = GILR(5, 7, batch_first=batch_first, device=device, dtype=torch.float64)
     x = torch.randn(41, 3, 5, dtype=torch.float64, device=device)  # (length, batch, features)
     h0 = torch.randn(3, 7, dtype=torch.float64, device=device) if with_state else None
-    h = layer(x.transpose(0, 1) if batch_first else x, h0)
-    torch.testing.assert_close(h.transpose(0, 1) if batch_first else h, gilr_loop(layer, x, h0),
-                               rtol=1e-12, atol=1e-12)
+    h = layer(as_layout(x, batch_first), h0)
+    torch.testing.assert_close(as_layout(h, batch_first), gilr_loop(layer, x, h0), rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("batch_first", [False, True])
-@pytest.mark.parametrize("with_state", [False, True])
+@layer_cases
 def test_lslstm_matches_loop(device, batch_first, with_state):
     torch.manual_seed(1)
     layer = LSLSTM(4, 6, batch_first=batch_first, device=device, dtype=torch.float64)
     x = torch.randn(33, 2, 4, dtype=torch.float64, device=device)
     state = tuple(torch.randn(2, 6, dtype=torch.float64, device=device) for _ in range(2)) if with_state else None
-    h, (h_last, c_last, s_last) = layer(x.transpose(0, 1) if batch_first else x, state)
+    h, (h_last, c_last, s_last) = layer(as_layout(x, batch_first), state)
     h_ref, c_ref, s_ref = lslstm_loop(layer, x, *(state or (None, None)))
-    torch.testing.assert_close(h.transpose(0, 1) if batch_first else h, h_ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(as_layout(h, batch_first), h_ref, rtol=1e-12, atol=1e-12)
     for got, want in ((h_last, h_ref[-1]), (c_last, c_ref[-1]), (s_last, s_ref[-1])):
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
