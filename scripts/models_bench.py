@@ -1,6 +1,7 @@
 """Time linrec.models on a GPU: the layers of Martin & Cundy against torch.nn.LSTM (cuDNN) of the
-same hidden size, and Mamba's selective scan, forward and forward+backward (eager, median of
-CUDA-event timings: the layers' host work is part of what a training step pays).
+same hidden size, and Mamba's selective scan (time, and the peak memory of a forward+backward),
+forward and forward+backward (eager, median of CUDA-event timings: the layers' host work is part
+of what a training step pays).
 
     python scripts/models_bench.py [--json FILE]
 
@@ -43,6 +44,16 @@ def time_layers(rows, hidden, shapes, dtype):
                              fwd_bwd_elements_per_s=batch * length / (both * 1e-3)))
 
 
+def peak_mib(step):
+    """Peak GPU memory of one step above what was allocated before it, MiB."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    step()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - before) / 2**20
+
+
 def time_selective_scan(rows, batch, channels, states, length, dtype):
     g = dict(device="cuda", dtype=dtype)
     u, z = torch.randn(batch, channels, length, **g), torch.randn(batch, channels, length, **g)
@@ -51,16 +62,25 @@ def time_selective_scan(rows, batch, channels, states, length, dtype):
     B, C = torch.randn(batch, states, length, **g), torch.randn(batch, states, length, **g)
     D = torch.randn(channels, device="cuda")
     tensors = [u, delta, A, B, C, D, z]
-
-    def run():
-        return selective_scan(*tensors, delta_softplus=True)
-    with torch.no_grad():
-        fwd = eager_ms(run)
-    for t in tensors:
-        t.requires_grad_()
-    both = eager_ms(fwd_bwd(run), reps=10, inner=3)
-    rows.append(dict(model="selective_scan", dtype=str(dtype).removeprefix("torch."), batch=batch,
-                     channels=channels, states=states, length=length, fwd_ms=fwd, fwd_bwd_ms=both))
+    # The default (chunks of states within DEFAULT_CHUNK_ELEMENTS, rebuilt in the backward) and
+    # the whole expanded state in one chunk, kept for the backward.
+    variants = {"default": {}, "one chunk, kept": dict(state_chunk=states, recompute=False)}
+    for variant, kwargs in variants.items():
+        def run(kwargs=kwargs):
+            return selective_scan(*tensors, delta_softplus=True, **kwargs)
+        for t in tensors:
+            t.requires_grad_(False)
+        with torch.no_grad():
+            fwd = eager_ms(run)
+        for t in tensors:
+            t.requires_grad_()
+        both = eager_ms(fwd_bwd(run), reps=10, inner=3)
+        peak = peak_mib(fwd_bwd(run))
+        for t in tensors:
+            t.grad = None
+        rows.append(dict(model=f"selective_scan ({variant})", dtype=str(dtype).removeprefix("torch."), batch=batch,
+                         channels=channels, states=states, length=length, fwd_ms=fwd, fwd_bwd_ms=both,
+                         fwd_bwd_peak_mib=peak))
 
 
 def main(argv=None):
@@ -71,11 +91,13 @@ def main(argv=None):
     rows = []
     time_layers(rows, 256, [(1, 8192), (16, 1024), (256, 256)], torch.float32)
     time_selective_scan(rows, 2, 1536, 16, 2048, torch.bfloat16)
+    time_selective_scan(rows, 8, 3072, 16, 2048, torch.bfloat16)  # Mamba-1.4b's inner width, batch 8
     print(f"device: {torch.cuda.get_device_name()}")
     for r in rows:
         shape = {k: r[k] for k in ("hidden", "batch", "length", "channels", "states") if k in r}
         rate = f"  {r['fwd_bwd_elements_per_s'] / 1e6:8.2f} M elements/s" if "fwd_bwd_elements_per_s" in r else ""
-        print(f"{r['model']:<16}{r['dtype']:<10}{str(shape):<48} fwd {r['fwd_ms']:8.3f} ms  "
+        rate += f"  peak {r['fwd_bwd_peak_mib']:8.1f} MiB" if "fwd_bwd_peak_mib" in r else ""
+        print(f"{r['model']:<32}{r['dtype']:<10}{str(shape):<48} fwd {r['fwd_ms']:8.3f} ms  "
               f"fwd+bwd {r['fwd_bwd_ms']:8.3f} ms{rate}")
     if args.json:
         with open(args.json, "w") as f:

@@ -17,17 +17,19 @@ def selective_scan_loop(u, delta, A, B, C, D=None, z=None, delta_bias=None, delt
     dt = delta + (delta_bias.double()[:, None] if delta_bias is not None else 0)
     if delta_softplus:
         dt = torch.log1p(torch.exp(dt))
-    if B.dim() == 3:
-        B, C = B[:, None], C[:, None]
+
+    def at_step(t, l):  # B or C for step l as (batch, channels, states)
+        if t.dim() == 2:  # input-independent: (channels, states)
+            return t
+        if t.dim() == 3:
+            t = t[:, None]
+        # (batch, groups, states, length): channel d reads group d // (channels // groups)
+        return t[..., l].repeat_interleave(channels // t.shape[1], dim=1)
+
     state = torch.zeros(batch, channels, A.shape[1], dtype=torch.float64, device=u.device)
     ys = []
     for l in range(length):
-        if B.dim() == 2:  # input-independent: (channels, states)
-            b_l, c_l = B, C
-        else:  # (batch, groups, states, length): channel d reads group d // (channels // groups)
-            per_group = channels // B.shape[1]
-            b_l = B[..., l].repeat_interleave(per_group, dim=1)
-            c_l = C[..., l].repeat_interleave(per_group, dim=1)
+        b_l, c_l = at_step(B, l), at_step(C, l)
         state = torch.exp(dt[..., l, None] * A) * state + (dt[..., l] * u[..., l])[..., None] * b_l
         ys.append((state * c_l).sum(-1))
     y = torch.stack(ys, -1) if ys else u.new_zeros(batch, channels, 0)
@@ -49,6 +51,8 @@ def scan_args(batch, channels, states, length, kind, groups=1, device="cpu", dty
         B, C = rand(channels, states), rand(channels, states)
     elif kind == "input":
         B, C = rand(batch, states, length), rand(batch, states, length)
+    elif kind == "mixed":  # constant B, grouped C
+        B, C = rand(channels, states), rand(batch, groups, states, length)
     else:
         B, C = rand(batch, groups, states, length), rand(batch, groups, states, length)
     D, bias = rand(channels), rand(channels).abs()
@@ -97,6 +101,94 @@ def test_selective_scan_empty_sequence():
     assert y.shape == (2, 3, 0) and torch.equal(last, torch.zeros(2, 3, 4, dtype=torch.float64))
 
 
+def test_selective_scan_no_states():
+    """With no states the scan adds nothing: y is D * u gated by silu(z)."""
+    args = scan_args(2, 3, 0, 5, "input")
+    y, last = selective_scan(**args, return_last_state=True)
+    y_ref, _ = selective_scan_loop(**args)
+    torch.testing.assert_close(y, y_ref, rtol=1e-12, atol=1e-12)
+    assert last.shape == (2, 3, 0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind,groups", [("input", 1), ("grouped", 2), ("mixed", 4)])
+@pytest.mark.parametrize("state_chunk,recompute", [(1, True), (3, True), (3, False), (7, True)])
+def test_selective_scan_state_chunks(device, kind, groups, state_chunk, recompute):
+    """Chunks of states (7 states: chunks of 1, 3 + 3 + 1, all 7) give the loop's values, last
+    state and gradients (autograd through the float64 loop), rebuilt in the backward or kept."""
+    args = scan_args(2, 4, 7, 45, kind, groups, device)
+    args = {k: v.requires_grad_() for k, v in args.items()}
+    y, last = selective_scan(**args, delta_softplus=True, return_last_state=True, state_chunk=state_chunk,
+                             recompute=recompute)
+    y_ref, last_ref = selective_scan_loop(**args, delta_softplus=True)
+    torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(last, last_ref, rtol=1e-10, atol=1e-10)
+    g = torch.Generator().manual_seed(7)
+    w_y = torch.randn(y.shape, generator=g, dtype=torch.float64).to(device)
+    w_last = torch.randn(last.shape, generator=g, dtype=torch.float64).to(device)
+    grads = torch.autograd.grad((y * w_y).sum() + (last * w_last).sum(), list(args.values()))
+    grads_ref = torch.autograd.grad((y_ref * w_y).sum() + (last_ref * w_last).sum(), list(args.values()))
+    for name, got, want in zip(args, grads, grads_ref):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9, msg=lambda m, name=name: f"d{name}: {m}")
+
+
+def test_selective_scan_chunked_gradcheck():
+    args = scan_args(2, 2, 5, 6, "mixed", groups=2)
+    args = {k: v.requires_grad_() for k, v in args.items()}
+    assert torch.autograd.gradcheck(lambda *t: selective_scan(*t, delta_softplus=True, state_chunk=2),
+                                    tuple(args.values()))
+
+
+def bytes_saved_for_backward(run):
+    """Bytes of the storages autograd keeps for the backward while `run` builds its graph (views
+    of one storage counted once)."""
+    storages = {}
+
+    def pack(t):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        run()
+    return sum(storages.values())
+
+
+def test_selective_scan_recompute_keeps_no_expanded_state():
+    """With recompute (the default), the backward keeps the inputs and a few (batch, channels,
+    length) tensors: less than half of one (batch, channels, states, length) tensor at 32 states
+    and 16 channels. Kept instead, the chunks' coefficients, inputs and states are several."""
+    args = scan_args(2, 16, 32, 50, "input")
+    args = {k: v.requires_grad_() for k, v in args.items()}
+    expanded = 2 * 16 * 32 * 50 * 8
+
+    def run(recompute):
+        return lambda: selective_scan(**args, delta_softplus=True, state_chunk=8, recompute=recompute)
+    assert bytes_saved_for_backward(run(True)) < expanded / 2
+    assert bytes_saved_for_backward(run(False)) > 2 * expanded
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_selective_scan_peak_memory_gpu():
+    """On the GPU, a forward and backward one of 64 states at a time, rebuilt in the backward,
+    peaks below one (batch, channels, states, length) float32 tensor (what it holds is a few
+    (batch, channels, length) tensors and a chunk's); the whole state kept peaks above three."""
+    batch, channels, states, length = 2, 64, 64, 2048
+    args = scan_args(batch, channels, states, length, "input", device="cuda", dtype=torch.float32)
+    args = {k: v.requires_grad_() for k, v in args.items()}
+    expanded = batch * channels * states * length * 4
+
+    def peak(**kwargs):
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        selective_scan(**args, delta_softplus=True, **kwargs).sum().backward()
+        torch.cuda.synchronize()
+        for t in args.values():
+            t.grad = None
+        return torch.cuda.max_memory_allocated() - before
+    assert peak(state_chunk=1) < expanded
+    assert peak(state_chunk=states, recompute=False) > 3 * expanded
+
+
 @pytest.mark.parametrize("change,message", [
     (dict(delta=torch.zeros(2, 4, 5)), "delta must have u's shape"),
     (dict(A=torch.zeros(5, 3)), "A of shape"),
@@ -106,6 +198,8 @@ def test_selective_scan_empty_sequence():
     (dict(D=torch.zeros(3)), "D of shape"),
     (dict(z=torch.zeros(2, 4)), "z must have u's shape"),
     (dict(B=[1.0]), "B must be a tensor"),
+    (dict(state_chunk=0), "state_chunk must be a positive integer, got 0"),
+    (dict(state_chunk=2.0), "state_chunk must be a positive integer, got float"),
 ])
 def test_selective_scan_errors_name_the_argument(change, message):
     args = {**scan_args(2, 4, 3, 7, "input"), **change}
