@@ -14,6 +14,7 @@
 #                bench's cases; SHAPE_ARGS="--min-log 40" for its layouts alone)
 #     bench      python -m linrec.bench (table, JSON, PNG)
 #     models     scripts/models_bench.py (linrec.models: times, selective_scan's peak memory)
+#     complex    scripts/complex_bench.py (complex64 recurrences beside float32 and torch.add)
 # Env: LINREC_WHEEL (install this wheel with --no-deps instead of building),
 #      TORCH_CUDA_ARCH_LIST (default 9.0 when building), TESTS, BENCH_ARGS, TUNE_ARGS, SWEEP_ARGS.
 set -uo pipefail
@@ -62,6 +63,7 @@ for step in $steps; do
       eval "python3 -m linrec.bench --json \"\$out/bench.json\" --png \"\$out/bench.png\" ${BENCH_ARGS:-}" 2>&1 |
         tee "$out/bench.txt" | tail -150 ;;
     models) python3 "$repo/scripts/models_bench.py" --json "$out/models.json" 2>&1 | tee "$out/models.txt" ;;
+    complex) python3 "$repo/scripts/complex_bench.py" --json "$out/complex.json" 2>&1 | tee "$out/complex.txt" ;;
     *) echo "unknown step $step" ;;
   esac
 done

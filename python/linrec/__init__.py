@@ -23,6 +23,7 @@ except ImportError as _error:
         "pip install --no-build-isolation --no-binary linrec linrec"
     ) from _error
 from ._args import normalize
+from ._complex import linrec_complex
 from ._ops import call_compiled
 from ._version import __version__
 
@@ -152,9 +153,11 @@ def linrec(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
     """The linear recurrence y[l] = coeffs[l] * y[l-1] + inputs[l] along `dim`.
 
     Args:
-        inputs: floating tensor (float32, float64, float16 or bfloat16), any shape and strides.
+        inputs: floating tensor (float32, float64, float16 or bfloat16), any shape and strides;
+            or complex64 / complex128 (computed as two real scans, see linrec._complex).
         coeffs: tensor or number broadcastable to inputs (a scalar, one per channel, or full shape);
-            cast to inputs' dtype. Its gradient is reduced to its own shape.
+            cast to inputs' dtype (complex coeffs need complex inputs). Its gradient is reduced to
+            its own shape.
         reverse: run from the last element to the first.
         dim: the sequence dimension.
         initial: the state before the first step, shape of inputs without dim (or broadcastable
@@ -170,7 +173,9 @@ def linrec(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
     On CUDA tensors the compiled kernels run when the build has them for the device,
     the Triton implementation otherwise; LINREC_BACKEND=cuda|triton forces one.
     """
-    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse)
+    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse, complex_ok=True)
+    if inputs.is_complex():
+        return linrec_complex(inputs, coeffs, initial, dim, reverse)
     if inputs.is_cuda and _cuda_backend(inputs.device.index or 0) == "triton":
         from .impl.triton import triton_fwd
 

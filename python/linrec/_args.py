@@ -13,26 +13,35 @@ import operator
 import torch
 
 SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+COMPLEX_DTYPES = (torch.complex64, torch.complex128)  # linrec.linrec and linrec_ref only
 
 
-def _check_dtype(name: str, t: torch.Tensor) -> None:
-    if t.dtype not in SUPPORTED_DTYPES:
-        raise ValueError(
-            f"linrec: {name} has dtype {t.dtype}; expected one of float32, float64, float16, bfloat16"
-        )
+def _check_dtype(name: str, t: torch.Tensor, complex_ok: bool = False) -> None:
+    if t.dtype in SUPPORTED_DTYPES or (complex_ok and t.dtype in COMPLEX_DTYPES):
+        return
+    expected = "float32, float64, float16, bfloat16" + (", complex64, complex128" if complex_ok else "")
+    raise ValueError(f"linrec: {name} has dtype {t.dtype}; expected one of {expected}")
 
 
 def _as_tensor(name: str, value, like: torch.Tensor) -> torch.Tensor:
+    """coeffs or initial as a tensor of inputs' dtype and device. With complex inputs a real value
+    becomes complex; with real inputs a complex one raises (casting would drop its imaginary part)."""
     if isinstance(value, torch.Tensor):
-        _check_dtype(name, value)
+        _check_dtype(name, value, complex_ok=True)
+        if value.is_complex() and not like.is_complex():
+            raise ValueError(f"linrec: {name} is complex ({value.dtype}) but inputs is real ({like.dtype}); "
+                             f"pass complex inputs for a complex recurrence")
         if value.device != like.device:
             if value.dim() == 0 and value.device.type == "cpu":
                 return value.to(device=like.device, dtype=like.dtype)
             raise ValueError(f"linrec: {name} is on {value.device} but inputs is on {like.device}")
         return value.to(like.dtype)
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        return torch.tensor(float(value), dtype=like.dtype, device=like.device)
-    raise ValueError(f"linrec: {name} must be a tensor or a real number, got {type(value).__name__}")
+    number = numbers.Number if like.is_complex() else numbers.Real
+    if isinstance(value, number) and not isinstance(value, bool):
+        return torch.tensor(complex(value) if like.is_complex() else float(value), dtype=like.dtype,
+                            device=like.device)
+    kind = "a number" if like.is_complex() else "a real number"
+    raise ValueError(f"linrec: {name} must be a tensor or {kind}, got {type(value).__name__}")
 
 
 def _as_dim(dim) -> int:
@@ -51,19 +60,20 @@ def state_shape(shape: torch.Size, dim: int) -> torch.Size:
     return shape[:dim] + shape[dim + 1 :]
 
 
-def normalize(inputs, coeffs, initial, dim: int, reverse=False):
+def normalize(inputs, coeffs, initial, dim: int, reverse=False, complex_ok=False):
     """Check the arguments of linrec and bring them into the form every implementation takes.
 
     Returns (inputs, coeffs, initial, dim) with coeffs expanded to inputs.shape, initial
     expanded to inputs.shape without dim (or None) and dim in [0, inputs.dim()). `reverse` is
     only checked: a bool (or 0 / 1), so that a string or None is not taken for its truth value.
+    complex_ok admits complex64 / complex128 inputs (coeffs and initial then cast to them).
     """
     if reverse is not True and reverse is not False and not (isinstance(reverse, numbers.Integral) and
                                                              reverse in (0, 1)):
         raise ValueError(f"linrec: reverse must be a bool, got {reverse!r}")
     if not isinstance(inputs, torch.Tensor):
         raise ValueError(f"linrec: inputs must be a tensor, got {type(inputs).__name__}")
-    _check_dtype("inputs", inputs)
+    _check_dtype("inputs", inputs, complex_ok)
     if inputs.dim() == 0:
         raise ValueError("linrec: inputs must have at least one dimension (the sequence)")
     if not isinstance(dim, int) or isinstance(dim, bool):

@@ -15,8 +15,8 @@ from .._args import normalize
 
 
 def linrec_ref(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
-    """y[l] = coeffs[l] * y[l-1] + inputs[l] along dim, one step at a time."""
-    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse)
+    """y[l] = coeffs[l] * y[l-1] + inputs[l] along dim, one step at a time (complex too)."""
+    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse, complex_ok=True)
     x = inputs.movedim(dim, -1)
     c = coeffs.movedim(dim, -1)
     if x.shape[-1] == 0:

@@ -1,0 +1,145 @@
+"""Complex diagonal recurrences (S4, S5, LRU): complex64 and complex128.
+
+Two ways, one autograd.Function. On CUDA tensors of at least as many sequences as the device
+has SMs, Triton kernels scan the complex pairs directly, forward and fused backward, one program
+a sequence (impl/triton_complex.py). Everywhere else (the CPU, few long sequences) the
+recurrence becomes two real ones for linrec's real kernels, as follows.
+
+Write the coefficients in polar form, c[l] = r[l] e^{i theta[l]}, and let Phi[l] be the phase
+accumulated in scan order, Phi[l] = theta[l] + Phi[l-1] (Phi[-1] = 0). With y[l] = e^{i Phi[l]} z[l]:
+
+    z[l] = r[l] * z[l-1] + e^{-i Phi[l]} x[l],    z[-1] = initial
+
+a recurrence with real coefficients. So the real and imaginary parts of z are two real scans with
+the same coefficients r, which linrec.linrec runs as one call on a (2, ...) stack. The rotation
+never grows or shrinks anything (|e^{i Phi}| = 1). Phi is summed in float64 and reduced modulo
+2 pi before it is rounded to the working precision, so a rotation far along a long sequence is as
+exact as one near its start.
+
+The backward is the same kind of recurrence (with PyTorch's conjugate convention):
+
+    d_x[l] = conj(c[l+1]) * d_x[l+1] + g[l]          (run against the scan; c past the end := 0)
+    d_c[l] = d_x[l] * conj(y[l-1]),   d_initial = conj(c[first]) * d_x[first]
+
+computed by the fused Triton kernel, or here by the same polar scan rather than by autograd
+through the polar form, whose derivative at c = 0 (a state reset) would be lost: |c| and angle(c)
+have none there. The forward tangent is one more forward: dy[l] = c[l] dy[l-1] + (dc[l] y[l-1] +
+dx[l]).
+
+Cost of the polar scan: its real scans move twice the elements of a float scan of the same
+shape, and the polar form, the rotations and the stacks add some twenty element-wise passes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.autograd.forward_ad as fwAD
+
+from ._ops import _previous_states
+
+
+def _real_scan(*args, **kwargs):
+    from . import linrec  # the real kernels, whichever backend linrec.linrec picks
+
+    return linrec(*args, **kwargs)
+
+
+def _polar_scan(x, c, initial, dim: int, reverse: bool) -> torch.Tensor:
+    """y[l] = c[l] * y[l-1] + x[l] for complex x, c (and initial), by two real scans (see above)."""
+    real = x.real.dtype
+    phase = torch.angle(c).to(torch.float64)
+    phase = phase.flip(dim).cumsum(dim).flip(dim) if reverse else phase.cumsum(dim)
+    phase = phase.remainder(2 * math.pi).to(real)
+    cos, sin = phase.cos(), phase.sin()
+    xr, xi = x.real, x.imag
+    rotated = torch.stack([xr * cos + xi * sin, xi * cos - xr * sin])  # e^{-i Phi} x
+    state = None if initial is None else torch.stack([initial.real, initial.imag])
+    zr, zi = _real_scan(rotated, c.abs(), reverse, dim=dim + 1, initial=state).unbind(0)
+    return torch.complex(zr * cos - zi * sin, zr * sin + zi * cos)  # e^{i Phi} z
+
+
+_sm_counts: dict[int, int] = {}
+
+
+def _triton_applies(x: torch.Tensor, dim: int) -> bool:
+    """Whether the Triton complex kernels (impl/triton_complex.py: one program a sequence) take
+    this call: CUDA tensors with at least as many sequences as the device has SMs. Fewer, long
+    sequences go through the polar scan, whose real scans split sequences across the GPU."""
+    if not x.is_cuda:
+        return False
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    index = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    if index not in _sm_counts:
+        _sm_counts[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return x.numel() >= _sm_counts[index] * max(1, x.shape[dim])
+
+
+def _scan(x, c, initial, dim: int, reverse: bool) -> torch.Tensor:
+    if _triton_applies(x, dim):
+        from .impl.triton_complex import triton_complex_fwd
+
+        return triton_complex_fwd(x, c, initial, dim, reverse)
+    return _polar_scan(x, c, initial, dim, reverse)
+
+
+class _ComplexLinrec(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, inputs, coeffs, initial, dim, reverse):
+        outputs = _scan(inputs, coeffs, initial, dim, reverse)
+        ctx.dim, ctx.reverse, ctx.has_initial = dim, reverse, initial is not None
+        ctx.save_for_backward(coeffs, initial, outputs)
+        return outputs
+
+    @staticmethod
+    def backward(ctx, grad):
+        coeffs, initial, outputs = ctx.saved_tensors
+        dim, reverse = ctx.dim, ctx.reverse
+        if outputs.shape[dim] == 0:
+            d_initial = torch.zeros_like(initial) if ctx.has_initial else None
+            return torch.zeros_like(grad), torch.zeros_like(grad), d_initial, None, None
+        if _triton_applies(outputs, dim):  # the fused backward kernel
+            from .impl.triton_complex import triton_complex_bwd
+
+            d_inputs, d_coeffs, d_initial = triton_complex_bwd(grad, coeffs, outputs, initial, dim, reverse)
+            return d_inputs, d_coeffs, (d_initial if ctx.has_initial else None), None, None
+        # c[l+1] in scan order is c one step back against it, 0 past the end.
+        next_coeffs = _previous_states(coeffs, None, dim, not reverse).conj()
+        d_inputs = _polar_scan(grad, next_coeffs, None, dim, not reverse)
+        d_coeffs = d_inputs * _previous_states(outputs, initial, dim, reverse).conj()
+        d_initial = None
+        if ctx.has_initial:
+            first = outputs.shape[dim] - 1 if reverse else 0
+            d_initial = coeffs.select(dim, first).conj() * d_inputs.select(dim, first)
+        return d_inputs, d_coeffs, d_initial, None, None
+
+
+class _ComplexLinrecDual(_ComplexLinrec):
+    """_ComplexLinrec plus forward-mode AD, for calls with dual tensors (torch.compile does not
+    trace a Function that defines jvp, so it is a class of its own, as in _ops.py)."""
+
+    @staticmethod
+    def forward(ctx, inputs, coeffs, initial, dim, reverse):
+        outputs = _ComplexLinrec.forward(ctx, inputs, coeffs, initial, dim, reverse)
+        ctx.save_for_forward(coeffs, initial, outputs)
+        return outputs
+
+    @staticmethod
+    def jvp(ctx, d_inputs, d_coeffs, d_initial, *_):
+        coeffs, initial, outputs = ctx.saved_tensors
+        dim, reverse = ctx.dim, ctx.reverse
+        steps = d_inputs if d_inputs is not None else torch.zeros_like(outputs)
+        if d_coeffs is not None:
+            steps = steps + d_coeffs * _previous_states(outputs, initial, dim, reverse)
+        return _scan(steps, coeffs, d_initial, dim, reverse)
+
+
+def linrec_complex(inputs, coeffs, initial, dim: int, reverse: bool) -> torch.Tensor:
+    """The recurrence for complex64 / complex128 arguments, normalized as by _args.normalize."""
+    tensors = (inputs, coeffs) if initial is None else (inputs, coeffs, initial)
+    dual = not torch.compiler.is_compiling() and any(fwAD.unpack_dual(t).tangent is not None for t in tensors)
+    return (_ComplexLinrecDual if dual else _ComplexLinrec).apply(inputs, coeffs, initial, dim, bool(reverse))

@@ -1,0 +1,183 @@
+"""Triton kernels for complex recurrences (complex64 / complex128), forward and fused backward.
+
+The math is triton.py's with complex arithmetic: a step is the pair (c, x), two steps compose as
+(c1, x1) then (c2, x2) = (c1 c2, c2 x1 + x2), and tl.associative_scan runs over the four real
+planes (Re c, Im c, Re x, Im x). The backward (PyTorch's conjugate convention) scans the
+d_outputs against the forward direction with the conjugated coefficients one forward step later,
+then d_coeffs = d_inputs * conj(outputs one forward step earlier) and d_initial = conj(c[first]) *
+d_inputs[first].
+
+The memory plan is triton.py's pipe: one program per sequence walking blocks of BLOCK elements
+with the carry between them, sequences addressed by two batch strides and an element stride.
+Complex tensors reach the kernels as their float views (torch.view_as_real): real parts at even
+offsets, imaginary parts one element after, strides doubled. linrec/_complex.py decides when these
+kernels run; the ops carry no autograd of their own.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch.library import triton_op, wrap_triton
+
+from .triton import _block_configs, _seq_base, _seq_view, _strides, _write_back
+
+
+@triton.jit
+def _cmul(ar, ai, br, bi):
+    return ar * br - ai * bi, ar * bi + ai * br
+
+
+@triton.jit
+def _combine(cr1, ci1, xr1, xi1, cr2, ci2, xr2, xi2):
+    cr, ci = _cmul(cr1, ci1, cr2, ci2)
+    tr, ti = _cmul(cr2, ci2, xr1, xi1)
+    return cr, ci, tr + xr2, ti + xi2
+
+
+@triton.jit
+def _last(v, offs, BLOCK: tl.constexpr):
+    return tl.sum(tl.where(offs == BLOCK - 1, v, 0.0), axis=0, keep_dims=True)
+
+
+@triton.jit
+def _cfwd_kernel(x_ptr, c_ptr, y_ptr, h0_ptr, L, n_inner,
+                 sx0, sx1, sxl, sc0, sc1, scl, sy0, sy1, syl, sh0, sh1,
+                 HAS_INITIAL: tl.constexpr, REVERSE: tl.constexpr, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    x_ptr += _seq_base(pid, n_inner, sx0, sx1)
+    c_ptr += _seq_base(pid, n_inner, sc0, sc1)
+    y_ptr += _seq_base(pid, n_inner, sy0, sy1)
+    offs = tl.arange(0, BLOCK)
+    zero = tl.zeros([1], dtype=tl.int32)
+    carry_r = tl.zeros([1], dtype=x_ptr.dtype.element_ty)
+    carry_i = tl.zeros([1], dtype=x_ptr.dtype.element_ty)
+    if HAS_INITIAL:
+        h0 = h0_ptr + _seq_base(pid, n_inner, sh0, sh1) + zero
+        carry_r += tl.load(h0)
+        carry_i += tl.load(h0 + 1)
+    for b in range(0, tl.cdiv(L, BLOCK)):
+        i = b * BLOCK + offs  # logical positions
+        mask = i < L
+        l = (L - 1 - i if REVERSE else i).to(tl.int64)
+        xr = tl.load(x_ptr + l * sxl, mask=mask, other=0.0)
+        xi = tl.load(x_ptr + l * sxl + 1, mask=mask, other=0.0)
+        cr = tl.load(c_ptr + l * scl, mask=mask, other=1.0)
+        ci = tl.load(c_ptr + l * scl + 1, mask=mask, other=0.0)
+        pr, pi, yr, yi = tl.associative_scan((cr, ci, xr, xi), axis=0, combine_fn=_combine)
+        er, ei = _cmul(pr, pi, carry_r, carry_i)  # the state entering the block, carried through
+        yr += er
+        yi += ei
+        tl.store(y_ptr + l * syl, yr, mask=mask)
+        tl.store(y_ptr + l * syl + 1, yi, mask=mask)
+        carry_r = _last(yr, offs, BLOCK)
+        carry_i = _last(yi, offs, BLOCK)
+
+
+@triton.jit
+def _cbwd_kernel(dy_ptr, c_ptr, y_ptr, h0_ptr, dx_ptr, dc_ptr, dh0_ptr, L, n_inner,
+                 sg0, sg1, sgl, sc0, sc1, scl, sy0, sy1, syl, sh0, sh1,
+                 sdx0, sdx1, sdxl, sdc0, sdc1, sdcl, sdh0, sdh1,
+                 HAS_INITIAL: tl.constexpr, REVERSE: tl.constexpr, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    dy_ptr += _seq_base(pid, n_inner, sg0, sg1)
+    c_ptr += _seq_base(pid, n_inner, sc0, sc1)
+    y_ptr += _seq_base(pid, n_inner, sy0, sy1)
+    dx_ptr += _seq_base(pid, n_inner, sdx0, sdx1)
+    dc_ptr += _seq_base(pid, n_inner, sdc0, sdc1)
+    offs = tl.arange(0, BLOCK)
+    zero = tl.zeros([1], dtype=tl.int32)
+    init_r = tl.zeros([1], dtype=dy_ptr.dtype.element_ty)
+    init_i = tl.zeros([1], dtype=dy_ptr.dtype.element_ty)
+    if HAS_INITIAL:
+        h0 = h0_ptr + _seq_base(pid, n_inner, sh0, sh1) + zero
+        init_r += tl.load(h0)
+        init_i += tl.load(h0 + 1)
+    step = -1 if REVERSE else 1  # one step later in the forward direction, in memory
+    carry_r = tl.zeros([1], dtype=dy_ptr.dtype.element_ty)
+    carry_i = tl.zeros([1], dtype=dy_ptr.dtype.element_ty)
+    for b in range(0, tl.cdiv(L, BLOCK)):
+        i = b * BLOCK + offs  # logical positions of the backward scan
+        mask = i < L
+        l = (i if REVERSE else L - 1 - i).to(tl.int64)
+        gr = tl.load(dy_ptr + l * sgl, mask=mask, other=0.0)
+        gi = tl.load(dy_ptr + l * sgl + 1, mask=mask, other=0.0)
+        nxt = l + step
+        nxt_ok = mask & (nxt >= 0) & (nxt < L)
+        # conj(c) one forward step later: 0 past the sequence's end, 1 (the identity) past the block's
+        cnr = tl.where(mask, tl.load(c_ptr + nxt * scl, mask=nxt_ok, other=0.0), 1.0)
+        cni = -tl.load(c_ptr + nxt * scl + 1, mask=nxt_ok, other=0.0)
+        pr, pi, dxr, dxi = tl.associative_scan((cnr, cni, gr, gi), axis=0, combine_fn=_combine)
+        er, ei = _cmul(pr, pi, carry_r, carry_i)
+        dxr += er
+        dxi += ei
+        prv = l - step
+        prv_ok = mask & (prv >= 0) & (prv < L)
+        ypr = tl.where(prv_ok, tl.load(y_ptr + prv * syl, mask=prv_ok, other=0.0), init_r)
+        ypi = tl.where(prv_ok, tl.load(y_ptr + prv * syl + 1, mask=prv_ok, other=0.0), init_i)
+        tl.store(dx_ptr + l * sdxl, dxr, mask=mask)
+        tl.store(dx_ptr + l * sdxl + 1, dxi, mask=mask)
+        tl.store(dc_ptr + l * sdcl, dxr * ypr + dxi * ypi, mask=mask)  # d_inputs * conj(y_prev)
+        tl.store(dc_ptr + l * sdcl + 1, dxi * ypr - dxr * ypi, mask=mask)
+        carry_r = _last(dxr, offs, BLOCK)
+        carry_i = _last(dxi, offs, BLOCK)
+    # After the last block the carry is d_inputs at the forward direction's first step.
+    first = ((L - 1 if REVERSE else 0) + zero).to(tl.int64)
+    cfr = tl.load(c_ptr + first * scl)
+    cfi = tl.load(c_ptr + first * scl + 1)
+    dh0 = dh0_ptr + _seq_base(pid, n_inner, sdh0, sdh1) + zero
+    tl.store(dh0, carry_r * cfr + carry_i * cfi)  # carry * conj(c[first])
+    tl.store(dh0 + 1, carry_i * cfr - carry_r * cfi)
+
+
+_cfwd_autotuned = triton.autotune(configs=_block_configs(), key=["L"])(_cfwd_kernel)
+_cbwd_autotuned = triton.autotune(configs=_block_configs(), key=["L"])(_cbwd_kernel)
+
+
+def _planes(t: torch.Tensor, dim: int, state: bool = False):
+    """A complex tensor as (outer, inner[, L]) complex and its float view, real parts at even offsets."""
+    view, is_view = _seq_view(t, dim, state)
+    return view, torch.view_as_real(view), is_view
+
+
+@triton_op("linrec::triton_complex_fwd", mutates_args={})
+def triton_complex_fwd(inputs: torch.Tensor, coeffs: torch.Tensor, initial: torch.Tensor | None, dim: int,
+                       reverse: bool) -> torch.Tensor:
+    outputs = torch.empty_like(inputs)
+    L = inputs.shape[dim]
+    if inputs.numel() == 0:
+        return outputs
+    (_, x, _), (_, c, _), (y_c, y, y_is_view) = (_planes(t, dim) for t in (inputs, coeffs, outputs))
+    h0 = _planes(initial, dim, state=True)[1] if initial is not None else x[:, :, 0]
+    args = (x, c, y, h0, L, x.shape[1], *_strides((x, c, y), 3), *_strides((h0,), 2))
+    wrap_triton(_cfwd_autotuned)[(x.shape[0] * x.shape[1],)](*args, HAS_INITIAL=initial is not None,
+                                                            REVERSE=reverse)
+    _write_back([(outputs.movedim(dim, -1), y_c, y_is_view)])
+    return outputs
+
+
+@triton_op("linrec::triton_complex_bwd", mutates_args={})
+def triton_complex_bwd(d_outputs: torch.Tensor, coeffs: torch.Tensor, outputs: torch.Tensor,
+                       initial: torch.Tensor | None, dim: int,
+                       reverse: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    d_inputs = torch.empty_like(d_outputs)
+    d_coeffs = torch.empty_like(d_outputs)
+    d_initial = d_outputs.new_empty(d_outputs.shape[:dim] + d_outputs.shape[dim + 1:])
+    L = d_outputs.shape[dim]
+    if L == 0:  # no step: the state passes through untouched
+        d_initial.zero_()
+        return d_inputs, d_coeffs, d_initial
+    if d_outputs.numel() == 0:
+        return d_inputs, d_coeffs, d_initial
+    (_, g, _), (_, c, _), (_, y, _), (dx_c, dx, dx_is_view), (dc_c, dc, dc_is_view) = (
+        _planes(t, dim) for t in (d_outputs, coeffs, outputs, d_inputs, d_coeffs))
+    dh0_c, dh0, dh0_is_view = _planes(d_initial, dim, state=True)
+    h0 = _planes(initial, dim, state=True)[1] if initial is not None else dh0
+    args = (g, c, y, h0, dx, dc, dh0, L, g.shape[1], *_strides((g, c, y), 3), *_strides((h0,), 2),
+            *_strides((dx, dc), 3), *_strides((dh0,), 2))
+    wrap_triton(_cbwd_autotuned)[(g.shape[0] * g.shape[1],)](*args, HAS_INITIAL=initial is not None,
+                                                            REVERSE=reverse)
+    _write_back([(d_inputs.movedim(dim, -1), dx_c, dx_is_view), (d_coeffs.movedim(dim, -1), dc_c, dc_is_view),
+                 (d_initial, dh0_c, dh0_is_view)])
+    return d_inputs, d_coeffs, d_initial

@@ -1,0 +1,73 @@
+"""Time complex recurrences on a GPU: linrec.linrec on complex64 (two real scans after the phase is
+taken out, linrec/_complex.py), eager and under torch.compile, beside the float32 scan of the same
+shape and torch.add of complex64, forward and forward+backward, timed as linrec.bench times its
+cases (CUDA-graph replays, inputs cycled past L2).
+
+    python scripts/complex_bench.py [--json FILE]
+
+Fraction of copy bandwidth counts the bytes a fused kernel must move (3 tensors forward, 8
+forward+backward, 8 bytes a complex64 element), so it reads as linrec.bench's figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+import linrec
+from linrec._timing import copy_bandwidth_gbs
+from linrec.bench import time_case
+
+SHAPES = [((1056, 8192), -1), ((8, 4096, 1024), 1)]
+
+
+def complex_case(shape, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(shape, device="cuda", dtype=torch.complex64, generator=g)
+    r = 0.5 + 0.5 * torch.rand(shape, device="cuda", generator=g)
+    c = torch.polar(r, torch.rand(shape, device="cuda", generator=g) * 6.28)
+    return x, c
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", help="also write the rows to this file")
+    parser.add_argument("--reps", type=int, default=20)
+    args = parser.parse_args(argv)
+    l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size
+    copy = copy_bandwidth_gbs()
+    compiled = torch.compile(linrec.linrec, fullgraph=True)
+    rows = []
+    for shape, dim in SHAPES:
+        x, c = complex_case(shape)
+        xr, r_coeffs = x.real.contiguous(), c.abs().contiguous()
+        impls = {
+            "linrec complex64": (linrec.linrec, x, c),
+            "linrec complex64, torch.compile": (compiled, x, c),
+            "linrec float32 (same shape)": (linrec.linrec, xr, r_coeffs),
+            "torch.add complex64": (lambda a, b, dim: a + b, x, c),
+        }
+        for name, (fn, a, b) in impls.items():
+            for backward in (False, True):
+                try:
+                    ms, _ = time_case(fn, a, b, dim, backward, args.reps, l2_bytes)
+                except Exception as e:  # noqa: BLE001 (reported, not hidden: a row with the error)
+                    rows.append(dict(impl=name, shape=shape, dim=dim, backward=backward, error=repr(e)[:200]))
+                    continue
+                nbytes = (8 if backward else 3) * x.numel() * a.element_size()
+                rows.append(dict(impl=name, shape=shape, dim=dim, backward=backward, us=ms * 1e3,
+                                 fraction_of_copy=nbytes / (ms * 1e-3) / 1e9 / copy))
+    print(f"device: {torch.cuda.get_device_name()}, copy {copy:.0f} GB/s")
+    for r in rows:
+        what = "fwd+bwd" if r["backward"] else "fwd"
+        result = (f"{r['us']:9.1f} us  {r['fraction_of_copy']:5.2f} of copy" if "us" in r else r["error"])
+        print(f"{str(r['shape']):<18} dim={r['dim']:<3} {r['impl']:<34}{what:<8}{result}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(device=torch.cuda.get_device_name(), copy_gbs=copy, rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
