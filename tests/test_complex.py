@@ -176,7 +176,8 @@ def test_triton_complex_kernels(dtype, tol, reverse, case):
     """The Triton forward and fused backward kernels called directly (several blocks a sequence:
     the interpreter's blocks hold 64 elements), against the loop and autograd through it."""
     pytest.importorskip("triton")
-    from linrec.impl.triton_complex import triton_complex_bwd, triton_complex_fwd
+    from linrec.impl.triton_complex import complex_bwd as triton_complex_bwd
+    from linrec.impl.triton_complex import complex_fwd as triton_complex_fwd
     if TRITON_DEVICE == "cuda" and not torch.cuda.is_available():
         pytest.skip("needs a GPU or TRITON_INTERPRET=1")
     length = 0 if case == "empty" else 150
@@ -236,3 +237,19 @@ def test_complex_rule_gpu():
     assert linrec._complex._triton_applies(torch.empty(sms, 64, device="cuda", dtype=torch.complex64), 1)
     assert not linrec._complex._triton_applies(torch.empty(sms - 1, 64, device="cuda", dtype=torch.complex64), 1)
     assert not linrec._complex._triton_applies(torch.empty(sms, 64, dtype=torch.complex64), 1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("dim", [-1, 1])
+def test_complex_inductor_gpu(dim):
+    """torch.compile (inductor, fullgraph) of complex64 scans on the Triton path, rows and
+    channel-last: values and gradients as the eager call's."""
+    x = crandn(8, 300, 200, device="cuda", dtype=torch.complex64).requires_grad_()
+    c = decays(8, 300, 200, device="cuda", dtype=torch.complex64).requires_grad_()
+    assert linrec._complex._triton_applies(x, dim)
+    compiled = torch.compile(lambda a, b: linrec.linrec(a, b, dim=dim), fullgraph=True)
+    got, want = compiled(x, c), linrec.linrec(x, c, dim=dim)
+    assert rel_err(got, want.detach().to(torch.complex128)) < 1e-6
+    w = crandn(8, 300, 200, device="cuda", dtype=torch.complex64, seed=7)
+    for a, b in zip(torch.autograd.grad((got * w).real.sum(), (x, c)), torch.autograd.grad((want * w).real.sum(), (x, c))):
+        assert rel_err(a, b.to(torch.complex128)) < 1e-6

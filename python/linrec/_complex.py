@@ -81,9 +81,9 @@ def _triton_applies(x: torch.Tensor, dim: int) -> bool:
 
 def _scan(x, c, initial, dim: int, reverse: bool) -> torch.Tensor:
     if _triton_applies(x, dim):
-        from .impl.triton_complex import triton_complex_fwd
+        from .impl.triton_complex import complex_fwd
 
-        return triton_complex_fwd(x, c, initial, dim, reverse)
+        return complex_fwd(x, c, initial, dim, reverse)
     return _polar_scan(x, c, initial, dim, reverse)
 
 
@@ -103,9 +103,9 @@ class _ComplexLinrec(torch.autograd.Function):
             d_initial = torch.zeros_like(initial) if ctx.has_initial else None
             return torch.zeros_like(grad), torch.zeros_like(grad), d_initial, None, None
         if _triton_applies(outputs, dim):  # the fused backward kernel
-            from .impl.triton_complex import triton_complex_bwd
+            from .impl.triton_complex import complex_bwd
 
-            d_inputs, d_coeffs, d_initial = triton_complex_bwd(grad, coeffs, outputs, initial, dim, reverse)
+            d_inputs, d_coeffs, d_initial = complex_bwd(grad, coeffs, outputs, initial, dim, reverse)
             return d_inputs, d_coeffs, (d_initial if ctx.has_initial else None), None, None
         # c[l+1] in scan order is c one step back against it, 0 past the end.
         next_coeffs = _previous_states(coeffs, None, dim, not reverse).conj()

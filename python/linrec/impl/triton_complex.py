@@ -10,7 +10,8 @@ d_inputs[first].
 The memory plan is triton.py's pipe: one program per sequence walking blocks of BLOCK elements
 with the carry between them, sequences addressed by two batch strides and an element stride.
 Complex tensors reach the kernels as their float views (torch.view_as_real): real parts at even
-offsets, imaginary parts one element after, strides doubled. linrec/_complex.py decides when these
+offsets, imaginary parts one element after, strides doubled; the ops take and return those views
+(complex_fwd and complex_bwd wrap them for complex tensors). linrec/_complex.py decides when these
 kernels run; the ops carry no autograd of their own.
 """
 
@@ -21,7 +22,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from .triton import _block_configs, _seq_base, _seq_view, _strides, _write_back
+from .triton import _block_configs, _seq_base, _strides, _write_back
 
 
 @triton.jit
@@ -136,9 +137,20 @@ _cbwd_autotuned = triton.autotune(configs=_block_configs(), key=["L"])(_cbwd_ker
 
 
 def _planes(t: torch.Tensor, dim: int, state: bool = False):
-    """A complex tensor as (outer, inner[, L]) complex and its float view, real parts at even offsets."""
-    view, is_view = _seq_view(t, dim, state)
-    return view, torch.view_as_real(view), is_view
+    """A complex tensor's float view (..., 2) as (outer, inner[, L], 2), and whether that is a view
+    (a copy otherwise, see triton.py's _write_back)."""
+    if not state:
+        t = t.movedim(dim, -2)
+    batch = t.shape[:-1] if state else t.shape[:-2]
+    shape = (-1, batch[-1] if batch else 1, *(() if state else t.shape[-2:-1]), 2)
+    try:
+        return t.view(shape), True
+    except RuntimeError:
+        return t.reshape(shape), False
+
+
+# The ops take and return the float views of complex tensors (torch.view_as_real, a trailing dim
+# of 2), with `dim` counted among the complex dims: inductor does not lower complex tensors.
 
 
 @triton_op("linrec::triton_complex_fwd", mutates_args={})
@@ -148,12 +160,12 @@ def triton_complex_fwd(inputs: torch.Tensor, coeffs: torch.Tensor, initial: torc
     L = inputs.shape[dim]
     if inputs.numel() == 0:
         return outputs
-    (_, x, _), (_, c, _), (y_c, y, y_is_view) = (_planes(t, dim) for t in (inputs, coeffs, outputs))
-    h0 = _planes(initial, dim, state=True)[1] if initial is not None else x[:, :, 0]
+    (x, _), (c, _), (y, y_is_view) = (_planes(t, dim) for t in (inputs, coeffs, outputs))
+    h0 = _planes(initial, dim, state=True)[0] if initial is not None else x[:, :, 0]
     args = (x, c, y, h0, L, x.shape[1], *_strides((x, c, y), 3), *_strides((h0,), 2))
     wrap_triton(_cfwd_autotuned)[(x.shape[0] * x.shape[1],)](*args, HAS_INITIAL=initial is not None,
                                                             REVERSE=reverse)
-    _write_back([(outputs.movedim(dim, -1), y_c, y_is_view)])
+    _write_back([(outputs.movedim(dim, -2), y, y_is_view)])
     return outputs
 
 
@@ -170,14 +182,29 @@ def triton_complex_bwd(d_outputs: torch.Tensor, coeffs: torch.Tensor, outputs: t
         return d_inputs, d_coeffs, d_initial
     if d_outputs.numel() == 0:
         return d_inputs, d_coeffs, d_initial
-    (_, g, _), (_, c, _), (_, y, _), (dx_c, dx, dx_is_view), (dc_c, dc, dc_is_view) = (
+    (g, _), (c, _), (y, _), (dx, dx_is_view), (dc, dc_is_view) = (
         _planes(t, dim) for t in (d_outputs, coeffs, outputs, d_inputs, d_coeffs))
-    dh0_c, dh0, dh0_is_view = _planes(d_initial, dim, state=True)
-    h0 = _planes(initial, dim, state=True)[1] if initial is not None else dh0
+    dh0, dh0_is_view = _planes(d_initial, dim, state=True)
+    h0 = _planes(initial, dim, state=True)[0] if initial is not None else dh0
     args = (g, c, y, h0, dx, dc, dh0, L, g.shape[1], *_strides((g, c, y), 3), *_strides((h0,), 2),
             *_strides((dx, dc), 3), *_strides((dh0,), 2))
     wrap_triton(_cbwd_autotuned)[(g.shape[0] * g.shape[1],)](*args, HAS_INITIAL=initial is not None,
                                                             REVERSE=reverse)
-    _write_back([(d_inputs.movedim(dim, -1), dx_c, dx_is_view), (d_coeffs.movedim(dim, -1), dc_c, dc_is_view),
-                 (d_initial, dh0_c, dh0_is_view)])
+    _write_back([(d_inputs.movedim(dim, -2), dx, dx_is_view), (d_coeffs.movedim(dim, -2), dc, dc_is_view),
+                 (d_initial, dh0, dh0_is_view)])
     return d_inputs, d_coeffs, d_initial
+
+
+def _real(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else torch.view_as_real(t.resolve_conj())
+
+
+def complex_fwd(inputs, coeffs, initial, dim: int, reverse: bool) -> torch.Tensor:
+    """triton_complex_fwd on complex tensors."""
+    return torch.view_as_complex(triton_complex_fwd(_real(inputs), _real(coeffs), _real(initial), dim, reverse))
+
+
+def complex_bwd(d_outputs, coeffs, outputs, initial, dim: int, reverse: bool):
+    """triton_complex_bwd on complex tensors: (d_inputs, d_coeffs, d_initial)."""
+    grads = triton_complex_bwd(_real(d_outputs), _real(coeffs), _real(outputs), _real(initial), dim, reverse)
+    return tuple(torch.view_as_complex(g) for g in grads)
