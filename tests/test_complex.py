@@ -171,10 +171,13 @@ def test_complex_errors_name_the_argument(call, message):
 
 @pytest.mark.parametrize("dtype,tol", [(torch.complex128, 1e-12), (torch.complex64, 2e-6)])
 @pytest.mark.parametrize("reverse", [False, True])
-@pytest.mark.parametrize("case", ["contiguous", "transposed", "broadcast coeffs", "no initial", "empty"])
+@pytest.mark.parametrize("case", ["contiguous", "transposed", "channel-last", "channel-last, 40 channels",
+                                  "broadcast coeffs", "no initial", "empty"])
 def test_triton_complex_kernels(dtype, tol, reverse, case):
     """The Triton forward and fused backward kernels called directly (several blocks a sequence:
-    the interpreter's blocks hold 64 elements), against the loop and autograd through it."""
+    the interpreter's blocks hold 64 steps, 16 in channel-last programs), against the loop and
+    autograd through it. Channel-last data takes programs of up to 32 neighbouring sequences (40:
+    a full one and a partial one)."""
     pytest.importorskip("triton")
     from linrec.impl.triton_complex import complex_bwd as triton_complex_bwd
     from linrec.impl.triton_complex import complex_fwd as triton_complex_fwd
@@ -188,6 +191,11 @@ def test_triton_complex_kernels(dtype, tol, reverse, case):
     if case == "transposed":
         x, c, dim = x.transpose(1, 2), c.transpose(1, 2), 1
         initial = initial.contiguous()
+    elif case.startswith("channel-last"):
+        channels, length = (40, 37) if "40" in case else (3, length)  # the interpreter is slow
+        x = crandn(2, length, channels, device=TRITON_DEVICE, dtype=dtype)
+        c = decays(2, length, channels, device=TRITON_DEVICE, dtype=dtype)
+        initial, dim = crandn(2, channels, device=TRITON_DEVICE, dtype=dtype, seed=3), 1
     elif case == "broadcast coeffs":
         c = c[:1, :, :1].expand(x.shape)  # one coefficient a channel, stride 0 along the scan
     y = triton_complex_fwd(x, c, initial, dim, reverse)
