@@ -148,13 +148,15 @@ def _channel_configs():
     """Blocks of time steps for CH neighbouring sequences a program (channel-last data)."""
     if os.environ.get("TRITON_INTERPRET") == "1":
         return [triton.Config({"BLOCK": 16}, num_warps=4)]
-    return [triton.Config({"BLOCK": b}, num_warps=w) for b, w in ((32, 4), (64, 4), (128, 8))]
+    return [triton.Config({"BLOCK": b}, num_warps=w) for b, w in ((32, 4), (64, 4), (128, 8), (256, 8))]
 
 
 # Sequences stored as rows take one a program (CH = 1) and long blocks; sequences whose
-# neighbours lie next to each other in memory (channel-last) take CHANNELS a program, so that a
-# block's row of CHANNELS elements is one contiguous read.
+# neighbours lie next to each other in memory (channel-last) take up to CHANNELS a program, so
+# that a block's row of them is one contiguous read, and fewer where that would leave fewer than
+# PROGRAMS_PER_SM programs an SM (each program walks its sequences' whole length).
 CHANNELS = 32
+PROGRAMS_PER_SM = 4
 _cfwd_rows = triton.autotune(configs=_block_configs(), key=["L"])(_cfwd_kernel)
 _cbwd_rows = triton.autotune(configs=_block_configs(), key=["L"])(_cbwd_kernel)
 _cfwd_channels = triton.autotune(configs=_channel_configs(), key=["L", "CH"])(_cfwd_kernel)
@@ -167,6 +169,10 @@ def _launch(rows_kernel, channels_kernel, seqs, args, flags):
     outer, inner = seqs.shape[0], seqs.shape[1]
     if seqs.stride(1) == 2 and seqs.stride(2) != 2 and inner > 1:
         ch = min(CHANNELS, triton.next_power_of_2(inner))
+        if seqs.is_cuda:
+            sms = torch.cuda.get_device_properties(seqs.device).multi_processor_count
+            while ch > 2 and outer * triton.cdiv(inner, ch) < PROGRAMS_PER_SM * sms:
+                ch //= 2
         wrap_triton(channels_kernel)[(outer * triton.cdiv(inner, ch),)](*args, **flags, CH=ch)
     else:
         wrap_triton(rows_kernel)[(outer * inner,)](*args, **flags, CH=1)
