@@ -2,7 +2,7 @@
 
 Two ways, one autograd.Function. On CUDA tensors of at least as many sequences as the device
 has SMs, Triton kernels scan the complex pairs directly, forward and fused backward, one program
-a sequence (impl/triton_complex.py). Everywhere else (the CPU, few long sequences) the
+a sequence or a few neighbouring ones (impl/triton_complex.py). Everywhere else (the CPU, few long sequences) the
 recurrence becomes two real ones for linrec's real kernels, as follows.
 
 Write the coefficients in polar form, c[l] = r[l] e^{i theta[l]}, and let Phi[l] be the phase
@@ -64,8 +64,8 @@ _sm_counts: dict[int, int] = {}
 
 
 def _triton_applies(x: torch.Tensor, dim: int) -> bool:
-    """Whether the Triton complex kernels (impl/triton_complex.py: one program a sequence) take
-    this call: CUDA tensors with at least as many sequences as the device has SMs. Fewer, long
+    """Whether the Triton complex kernels (impl/triton_complex.py: programs that each walk whole
+    sequences) take this call: CUDA tensors with at least as many sequences as the device has SMs. Fewer, long
     sequences go through the polar scan, whose real scans split sequences across the GPU."""
     if not x.is_cuda:
         return False

@@ -7,8 +7,10 @@ d_outputs against the forward direction with the conjugated coefficients one for
 then d_coeffs = d_inputs * conj(outputs one forward step earlier) and d_initial = conj(c[first]) *
 d_inputs[first].
 
-The memory plan is triton.py's pipe: one program per sequence walking blocks of BLOCK elements
+The memory plan is triton.py's pipe: a program walks its sequence in blocks of BLOCK elements
 with the carry between them, sequences addressed by two batch strides and an element stride.
+Where neighbouring sequences lie next to each other (channel-last data), a program takes CH of
+them as the columns of [BLOCK, CH] blocks scanned along axis 0, so that each row is one read.
 Complex tensors reach the kernels as their float views (torch.view_as_real): real parts at even
 offsets, imaginary parts one element after, strides doubled; the ops take and return those views
 (complex_fwd and complex_bwd wrap them for complex tensors). linrec/_complex.py decides when these
