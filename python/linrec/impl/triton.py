@@ -187,18 +187,24 @@ def triton_fwd(inputs: torch.Tensor, coeffs: torch.Tensor, initial: torch.Tensor
     return outputs
 
 
-@triton_op("linrec::triton_bwd", mutates_args={})
-def triton_bwd(d_outputs: torch.Tensor, coeffs: torch.Tensor, outputs: torch.Tensor, initial: torch.Tensor | None,
-               dim: int, reverse: bool, pipe: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _bwd_outputs(d_outputs: torch.Tensor, dim: int):
+    """The backward's (d_inputs, d_coeffs, d_initial), and whether no kernel is needed: no
+    elements, or no step (then the state passes through untouched: d_initial is zeroed)."""
     d_inputs = torch.empty_like(d_outputs)
     d_coeffs = torch.empty_like(d_outputs)
     d_initial = d_outputs.new_empty(d_outputs.shape[:dim] + d_outputs.shape[dim + 1:])
-    L = d_outputs.shape[dim]
-    if L == 0:  # no step: the state passes through untouched
+    if d_outputs.shape[dim] == 0:
         d_initial.zero_()
+    return d_inputs, d_coeffs, d_initial, d_outputs.numel() == 0
+
+
+@triton_op("linrec::triton_bwd", mutates_args={})
+def triton_bwd(d_outputs: torch.Tensor, coeffs: torch.Tensor, outputs: torch.Tensor, initial: torch.Tensor | None,
+               dim: int, reverse: bool, pipe: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    d_inputs, d_coeffs, d_initial, nothing_to_scan = _bwd_outputs(d_outputs, dim)
+    if nothing_to_scan:
         return d_inputs, d_coeffs, d_initial
-    if d_outputs.numel() == 0:
-        return d_inputs, d_coeffs, d_initial
+    L = d_outputs.shape[dim]
     (g, _), (c, _), (y, _), (dx, dx_is_view), (dc, dc_is_view) = (
         _seq_view(t, dim) for t in (d_outputs, coeffs, outputs, d_inputs, d_coeffs))
     dh0, dh0_is_view = _seq_view(d_initial, dim, state=True)

@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from .triton import _block_configs, _strides, _write_back
+from .triton import _block_configs, _bwd_outputs, _strides, _write_back
 
 
 @triton.jit
@@ -216,15 +216,10 @@ def triton_complex_fwd(inputs: torch.Tensor, coeffs: torch.Tensor, initial: torc
 def triton_complex_bwd(d_outputs: torch.Tensor, coeffs: torch.Tensor, outputs: torch.Tensor,
                        initial: torch.Tensor | None, dim: int,
                        reverse: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    d_inputs = torch.empty_like(d_outputs)
-    d_coeffs = torch.empty_like(d_outputs)
-    d_initial = d_outputs.new_empty(d_outputs.shape[:dim] + d_outputs.shape[dim + 1:])
+    d_inputs, d_coeffs, d_initial, nothing_to_scan = _bwd_outputs(d_outputs, dim)
+    if nothing_to_scan:
+        return d_inputs, d_coeffs, d_initial
     L = d_outputs.shape[dim]
-    if L == 0:  # no step: the state passes through untouched
-        d_initial.zero_()
-        return d_inputs, d_coeffs, d_initial
-    if d_outputs.numel() == 0:
-        return d_inputs, d_coeffs, d_initial
     (g, _), (c, _), (y, _), (dx, dx_is_view), (dc, dc_is_view) = (
         _planes(t, dim) for t in (d_outputs, coeffs, outputs, d_inputs, d_coeffs))
     dh0, dh0_is_view = _planes(d_initial, dim, state=True)
