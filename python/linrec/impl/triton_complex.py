@@ -56,6 +56,18 @@ def _sequences(pid, n_inner, CH: tl.constexpr):
 
 
 @triton.jit
+def _initial_state(h0_ptr, outer, inner, sh0, sh1, seq_ok, HAS_INITIAL: tl.constexpr, CH: tl.constexpr):
+    """The state entering the program's sequences as (real, imaginary) rows [1, CH]; 0 without one."""
+    state_r = tl.zeros([1, CH], dtype=h0_ptr.dtype.element_ty)
+    state_i = tl.zeros([1, CH], dtype=h0_ptr.dtype.element_ty)
+    if HAS_INITIAL:
+        h0 = h0_ptr + outer * sh0 + inner * sh1
+        state_r += tl.load(h0, mask=seq_ok, other=0.0)[None, :]
+        state_i += tl.load(h0 + 1, mask=seq_ok, other=0.0)[None, :]
+    return state_r, state_i
+
+
+@triton.jit
 def _cfwd_kernel(x_ptr, c_ptr, y_ptr, h0_ptr, L, n_inner,
                  sx0, sx1, sxl, sc0, sc1, scl, sy0, sy1, syl, sh0, sh1,
                  HAS_INITIAL: tl.constexpr, REVERSE: tl.constexpr, BLOCK: tl.constexpr, CH: tl.constexpr):
@@ -64,12 +76,7 @@ def _cfwd_kernel(x_ptr, c_ptr, y_ptr, h0_ptr, L, n_inner,
     c_seq = c_ptr + outer * sc0 + inner * sc1
     y_seq = y_ptr + outer * sy0 + inner * sy1
     offs = tl.arange(0, BLOCK)
-    carry_r = tl.zeros([1, CH], dtype=x_ptr.dtype.element_ty)
-    carry_i = tl.zeros([1, CH], dtype=x_ptr.dtype.element_ty)
-    if HAS_INITIAL:
-        h0 = h0_ptr + outer * sh0 + inner * sh1
-        carry_r += tl.load(h0, mask=seq_ok, other=0.0)[None, :]
-        carry_i += tl.load(h0 + 1, mask=seq_ok, other=0.0)[None, :]
+    carry_r, carry_i = _initial_state(h0_ptr, outer, inner, sh0, sh1, seq_ok, HAS_INITIAL, CH)
     for b in range(0, tl.cdiv(L, BLOCK)):
         i = b * BLOCK + offs  # logical positions
         mask = (i < L)[:, None] & seq_ok[None, :]
@@ -100,12 +107,7 @@ def _cbwd_kernel(dy_ptr, c_ptr, y_ptr, h0_ptr, dx_ptr, dc_ptr, dh0_ptr, L, n_inn
     dx_seq = (dx_ptr + outer * sdx0 + inner * sdx1)[None, :]
     dc_seq = (dc_ptr + outer * sdc0 + inner * sdc1)[None, :]
     offs = tl.arange(0, BLOCK)
-    init_r = tl.zeros([1, CH], dtype=dy_ptr.dtype.element_ty)
-    init_i = tl.zeros([1, CH], dtype=dy_ptr.dtype.element_ty)
-    if HAS_INITIAL:
-        h0 = h0_ptr + outer * sh0 + inner * sh1
-        init_r += tl.load(h0, mask=seq_ok, other=0.0)[None, :]
-        init_i += tl.load(h0 + 1, mask=seq_ok, other=0.0)[None, :]
+    init_r, init_i = _initial_state(h0_ptr, outer, inner, sh0, sh1, seq_ok, HAS_INITIAL, CH)
     step = -1 if REVERSE else 1  # one step later in the forward direction, in memory
     carry_r = tl.zeros([1, CH], dtype=dy_ptr.dtype.element_ty)
     carry_i = tl.zeros([1, CH], dtype=dy_ptr.dtype.element_ty)
