@@ -131,6 +131,17 @@ inline KernelChoice select_one_block_per_seq(int64_t seq_len, bool backward, boo
   return {KernelKind::kPipe, {16, 64, kVec, kFull}};
 }
 
+// Complex storage (complex64, complex128) is compiled for the ref and strided
+// kernels only, and takes the strided kernels in any layout: channel-last data
+// is what they are for (linrec.linrec sends complex rows to its Triton kernels).
+// Slices staged as for real channel-last data; complex128 (16-byte elements)
+// with half the threads, so a block's staged slices stay within 64 KB forward.
+inline KernelChoice select_complex_config(int64_t seq_len, int elem_bytes) {
+  constexpr AlgoCode kFull = AlgoCode::kBlock;
+  if (seq_len < 256) return {KernelKind::kStrided, {8, 128, MemCode::kDirect, kFull}};
+  return {KernelKind::kStrided, {16, elem_bytes > 8 ? 128 : 256, MemCode::kStaged, kFull}};
+}
+
 inline KernelChoice select_config(int64_t seq_len, int64_t num_seqs, bool seqs_interleaved, bool backward,
                                   int elem_bytes, int sm_count) {
   constexpr AlgoCode kFull = AlgoCode::kBlock;

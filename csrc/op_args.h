@@ -30,9 +30,11 @@ inline DType to_dtype(ScalarType t) {
     case ScalarType::Double: return DType::kFloat64;
     case ScalarType::Half: return DType::kFloat16;
     case ScalarType::BFloat16: return DType::kBFloat16;
+    case ScalarType::ComplexFloat: return DType::kComplex64;
+    case ScalarType::ComplexDouble: return DType::kComplex128;
     default:
       STD_TORCH_CHECK(false, "linrec: unsupported dtype ", torch::headeronly::toString(t),
-                      "; expected float32, float64, float16 or bfloat16");
+                      "; expected float32, float64, float16, bfloat16, complex64 or complex128");
   }
 }
 

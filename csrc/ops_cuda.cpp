@@ -34,6 +34,13 @@ LaunchChoice choose(const KernelArgs& args, int64_t seq_len, int64_t num_seqs, b
                   "linrec: kernel must be 0 (auto), 1 (ref), 2 (tile), 3 (pipe), 4 (chained), 5 (strided) or 6 "
                   "(packed), got ", kernel);
   const auto kind = static_cast<KernelKind>(kernel);
+  if (kind == KernelKind::kAuto && is_complex(dtype)) {
+    const KernelChoice c = select_complex_config(seq_len, dtype == DType::kComplex128 ? 16 : 8);
+    return {c.kind, c.config};
+  }
+  STD_TORCH_CHECK(!is_complex(dtype) || kind == KernelKind::kRef || kind == KernelKind::kStrided,
+                  "linrec: complex recurrences run on the ref (1) and strided (5) CUDA kernels only, got kernel ",
+                  kernel);
   if (kind == KernelKind::kAuto) {
     const int elem_bytes = dtype == DType::kFloat64 ? 8 : dtype == DType::kFloat32 ? 4 : 2;
     const KernelChoice c =

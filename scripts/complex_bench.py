@@ -20,7 +20,12 @@ import linrec
 from linrec._timing import copy_bandwidth_gbs
 from linrec.bench import time_case
 
-SHAPES = [((1056, 8192), -1), ((8, 4096, 1024), 1)]
+SHAPES = [((1056, 8192), -1), ((8, 4096, 1024), 1), ((4, 1 << 20), -1)]
+
+
+def polar(x, c, dim):
+    """The path linrec.linrec takes where neither the compiled kernels nor Triton run."""
+    return linrec._complex._polar_scan(x, c, None, dim, False)
 
 
 def complex_case(shape, seed=0):
@@ -46,6 +51,7 @@ def main(argv=None):
         impls = {
             "linrec complex64": (linrec.linrec, x, c),
             "linrec complex64, torch.compile": (compiled, x, c),
+            "two real scans (the fallback path)": (polar, x, c),
             "linrec float32 (same shape)": (linrec.linrec, xr, r_coeffs),
             "torch.add complex64": (lambda a, b, dim: a + b, x, c),
         }

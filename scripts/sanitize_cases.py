@@ -1,6 +1,6 @@
 """A small set of kernel calls for compute-sanitizer (memcheck, racecheck): every
 kernel family (CUDA and Triton), both directions, partial tiles, misaligned views and aligned
-rows, fwd and bwd."""
+rows, complex storage on the strided and ref kernels, fwd and bwd."""
 
 import torch
 
@@ -74,5 +74,19 @@ for dtype in (torch.float32, torch.bfloat16):
         for fn in (triton.linrec_tile, triton.linrec_pipe):
             leaves = [v.clone().requires_grad_() for v in (x, c, h0)]
             fn(*leaves[:2], reverse, initial=leaves[2]).sum().backward()
+# Complex storage (the strided kernels and ref): channel-last, 66 channels and 3.
+for reverse in (False, True):
+    xz = torch.randn(1030, 66, device="cuda", dtype=torch.complex64)
+    cz = torch.polar(torch.rand(1030, 66, device="cuda") * 0.5 + 0.5, torch.rand(1030, 66, device="cuda") * 6)
+    hz = torch.randn(66, device="cuda", dtype=torch.complex64)
+    for inputs in ((xz, cz, hz), (xz[:, :3], cz[:, :3], hz[:3])):
+        for e, t, m, a in linrec.compiled_configs("strided"):
+            leaves = [v.clone().requires_grad_() for v in inputs]
+            y = cuda.linrec_strided(*leaves[:2], reverse, dim=0, initial=leaves[2], elems_per_thread=e,
+                                    threads_per_block=t, memcode=m, algocode=a)
+            y.backward(torch.randn_like(y))
+        leaves = [v.clone().requires_grad_() for v in inputs]
+        y = cuda.linrec_ref(*leaves[:2], reverse, dim=0, initial=leaves[2])
+        y.backward(torch.randn_like(y))
 torch.cuda.synchronize()
 print("sanitize cases done")

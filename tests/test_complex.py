@@ -227,12 +227,14 @@ def test_triton_complex_kernels(dtype, tol, reverse, case):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-@pytest.mark.parametrize("path", ["triton", "polar"])
+@pytest.mark.parametrize("path", ["compiled", "triton", "polar"])
 @pytest.mark.parametrize("reverse", [False, True])
 def test_complex_paths_gpu(monkeypatch, path, reverse):
-    """Both GPU paths of linrec.linrec on complex64, forced, through autograd: values and
+    """Every GPU path of linrec.linrec on complex64, forced, through autograd: values and
     gradients against the loop."""
-    monkeypatch.setattr(linrec._complex, "_triton_applies", lambda x, dim: path == "triton")
+    if path == "compiled" and linrec._cuda_backend(0) != "cuda":
+        pytest.skip("the compiled CUDA kernels are not loaded")
+    monkeypatch.setattr(linrec._complex, "_path", lambda x, dim: path)
     x = crandn(6, 2000, 4, device="cuda", dtype=torch.complex64).requires_grad_()
     c = decays(6, 2000, 4, device="cuda", dtype=torch.complex64)
     c[:, 100] = 0
@@ -251,26 +253,105 @@ def test_complex_paths_gpu(monkeypatch, path, reverse):
         assert rel_err(a.cpu(), b) < 5e-6, name
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-def test_complex_rule_gpu():
-    """Triton (a program a sequence) from as many sequences as SMs; fewer go the polar way."""
+def test_complex_rule():
+    """The compiled op on the CPU and, on CUDA, for channel-last data and for fewer sequences
+    than SMs; Triton for CUDA rows of at least as many sequences as SMs."""
+    path = linrec._complex._path
+    assert path(torch.empty(4, 64, dtype=torch.complex64), 1) == "compiled"
+    if not torch.cuda.is_available():
+        return
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    assert linrec._complex._triton_applies(torch.empty(sms, 64, device="cuda", dtype=torch.complex64), 1)
-    assert not linrec._complex._triton_applies(torch.empty(sms - 1, 64, device="cuda", dtype=torch.complex64), 1)
-    assert not linrec._complex._triton_applies(torch.empty(sms, 64, dtype=torch.complex64), 1)
+    rows, few_rows = (torch.empty(n, 64, device="cuda", dtype=torch.complex64) for n in (sms, sms - 1))
+    channel_last = torch.empty(2, 64, 8, device="cuda", dtype=torch.complex64)
+    assert path(rows, 1) == "triton"
+    if linrec._cuda_backend(0) == "cuda":
+        assert path(few_rows, 1) == "compiled" and path(channel_last, 1) == "compiled"
+    else:
+        assert path(few_rows, 1) == "polar" and path(channel_last, 1) == "polar"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 @pytest.mark.parametrize("dim", [-1, 1])
 def test_complex_inductor_gpu(dim):
-    """torch.compile (inductor, fullgraph) of complex64 scans on the Triton path, rows and
-    channel-last: values and gradients as the eager call's."""
+    """torch.compile (inductor, fullgraph) of complex64 scans: rows on the Triton path,
+    channel-last on the compiled op: values and gradients as the eager call's."""
     x = crandn(8, 300, 200, device="cuda", dtype=torch.complex64).requires_grad_()
     c = decays(8, 300, 200, device="cuda", dtype=torch.complex64).requires_grad_()
-    assert linrec._complex._triton_applies(x, dim)
+    assert linrec._complex._path(x, dim) == ("triton" if dim == -1 or linrec._cuda_backend(0) != "cuda" else "compiled")
     compiled = torch.compile(lambda a, b: linrec.linrec(a, b, dim=dim), fullgraph=True)
     got, want = compiled(x, c), linrec.linrec(x, c, dim=dim)
     assert rel_err(got, want.detach().to(torch.complex128)) < 1e-6
     w = crandn(8, 300, 200, device="cuda", dtype=torch.complex64, seed=7)
     for a, b in zip(torch.autograd.grad((got * w).real.sum(), (x, c)), torch.autograd.grad((want * w).real.sum(), (x, c))):
         assert rel_err(a, b.to(torch.complex128)) < 1e-6
+
+
+# The compiled op's complex kernels called directly: the CPU kernel, and on CUDA the ref kernel
+# and every compiled strided config (the only CUDA families built for complex storage).
+def _op_kernels():
+    kernels = [("cpu", (0, 0, 0, 0, 3))]
+    if torch.cuda.is_available() and linrec._cuda_backend(0) == "cuda":
+        kernels += [("cuda", (1, 0, 0, 0, 3))] + [("cuda", (5, *cfg)) for cfg in linrec.compiled_configs("strided")]
+    return kernels
+
+
+def _staged_fits(kernel, dtype, backward):
+    """Whether a strided config's block fits the GPU's shared memory: staged slices of 2 tensors
+    (3 backward) of E x NT elements, beside 2 x 32 x 32 accumulators. complex128's largest staged
+    configs do not (the launch then raises, naming the bytes)."""
+    kind, e, t, memcode, _ = kernel
+    if kind != 5 or memcode != 3:
+        return True
+    item = torch.empty((), dtype=dtype).element_size()
+    limit = getattr(torch.cuda.get_device_properties(0), "shared_memory_per_block_optin", 227 * 1024)
+    return ((3 if backward else 2) * e * t + 2 * 32 * 32) * item <= limit
+
+
+@pytest.mark.parametrize("device,kernel", _op_kernels(), ids=lambda v: str(v))
+@pytest.mark.parametrize("dtype,tol", [(torch.complex64, 5e-6), (torch.complex128, 1e-12)])
+@pytest.mark.parametrize("layout", ["channel_last", "rows", "few_channels"])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_complex_op_kernels(device, kernel, dtype, tol, layout, reverse):
+    """linrec_fwd / linrec_bwd on complex storage against the complex128 loop, outputs poisoned:
+    channel-last (B, T, D) over T long enough for several chunks of time, rows, and 3 channels
+    (lane groups); with an initial state and a zero coefficient (a reset)."""
+    from linrec._ops import call_compiled
+
+    if not _staged_fits(kernel, dtype, backward=False):
+        with pytest.raises(RuntimeError, match="bytes of shared memory"):
+            call_compiled(crandn(3, 1100, 40, device=device, dtype=dtype), 0.5, None, 1, reverse, *kernel)
+        return
+    shape, dim = {"channel_last": ((3, 1100, 40), 1), "rows": ((5, 777), 1), "few_channels": ((1, 2300, 3), 1)}[layout]
+    x = crandn(*shape, device=device, dtype=dtype).requires_grad_()
+    c = decays(*shape, device=device, dtype=dtype)
+    c.select(dim, 50).zero_()
+    c.requires_grad_()
+    initial = crandn(*(n for k, n in enumerate(shape) if k != dim), device=device, dtype=dtype, seed=5)
+    initial.requires_grad_()
+    poison(device, 3 * x.numel() * x.element_size())
+    y = call_compiled(x, c, initial, dim, reverse, *kernel)
+    leaves = [t.detach().cpu().to(torch.complex128).requires_grad_() for t in (x, c, initial)]
+    y_ref = loop(leaves[0], leaves[1], reverse, dim, leaves[2])
+    assert y.dtype == dtype and rel_err(y.cpu(), y_ref) < tol
+    g = crandn(*shape, dtype=dtype, seed=9).to(device)
+    poison(device, 3 * x.numel() * x.element_size())
+    if not _staged_fits(kernel, dtype, backward=True):
+        with pytest.raises(RuntimeError, match="bytes of shared memory"):
+            torch.autograd.grad(y, (x, c, initial), g)
+        return
+    got = torch.autograd.grad(y, (x, c, initial), g)
+    want = torch.autograd.grad(y_ref, leaves, g.cpu().to(torch.complex128))
+    for name, a, b in zip(("d_inputs", "d_coeffs", "d_initial"), got, want):
+        assert rel_err(a.cpu(), b) < tol, name
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_complex_op_other_kernels_raise():
+    """A CUDA kernel family not compiled for complex storage is refused by name."""
+    if linrec._cuda_backend(0) != "cuda":
+        pytest.skip("the compiled CUDA kernels are not loaded")
+    from linrec._ops import call_compiled
+
+    x = crandn(4, 64, device="cuda", dtype=torch.complex64)
+    with pytest.raises(RuntimeError, match=r"complex recurrences run on the ref \(1\) and strided \(5\)"):
+        call_compiled(x, x, None, 1, False, 2, 8, 64, 1, 3)

@@ -1,6 +1,7 @@
 // CPU kernels: sequences split over threads, neighbouring sequences scanned in
 // lockstep. 16-bit storage types are computed in float32, everything else in
-// its own type.
+// its own type. Complex storage runs the same walks; its backward conjugates
+// (PyTorch's convention for complex gradients, see kernels/complex.cuh).
 //
 // Where consecutive sequences are neighbours in memory (channel-last data, such
 // as (B, T, D) scanned over T), a thread walks a run of them together: one step
@@ -15,6 +16,7 @@
 #include <torch/csrc/stable/ops.h>
 #include <torch/headeronly/util/BFloat16.h>
 #include <torch/headeronly/util/Half.h>
+#include <torch/headeronly/util/complex.h>
 
 #include <algorithm>
 
@@ -26,6 +28,9 @@ namespace {
 template <typename T> struct AccType { using type = T; };
 template <> struct AccType<c10::Half> { using type = float; };
 template <> struct AccType<c10::BFloat16> { using type = float; };
+
+template <typename T> inline T conj(T v) { return v; }
+template <typename R> inline c10::complex<R> conj(c10::complex<R> v) { return {v.real(), -v.imag()}; }
 
 constexpr int kMaxLanes = 512;
 constexpr int kRowLanes = 4;
@@ -130,9 +135,9 @@ void fwd(const ForwardParams& p) {
 constexpr bool kBwdHasSteps[kNumBwdSlots] = {true, true, true, false, true, true, false};  // by BwdSlot
 
 // Walks each sequence against the forward direction:
-//   d_inputs[l]  = coeffs[l+1] * d_inputs[l+1] + d_outputs[l]   (coeffs[L] := 0)
-//   d_coeffs[l]  = d_inputs[l] * outputs[l-1]                   (outputs[-1] := initial)
-//   d_initial    = d_inputs[0] * coeffs[0]
+//   d_inputs[l]  = conj(coeffs[l+1]) * d_inputs[l+1] + d_outputs[l]   (coeffs[L] := 0)
+//   d_coeffs[l]  = d_inputs[l] * conj(outputs[l-1])                   (outputs[-1] := initial)
+//   d_initial    = d_inputs[0] * conj(coeffs[0])
 // with "+1" meaning one step later in the forward direction. Step i is the
 // forward's scan step i (SeqRun), walked from the last to the first. kLanes as
 // in for_each_run.
@@ -150,7 +155,7 @@ void bwd_run(const BackwardParams& p, const SeqRun<kNumBwdSlots>& r) {
   auto lane = [&](int t, int k) { return lane_offset<kLanes>(r, t, k); };
   const int lanes = kLanes == kNeighbourLanes ? r.lanes : kLanes;
   constexpr int kStateLanes = kLanes == kNeighbourLanes ? kMaxLanes : kLanes;
-  Acc grad[kStateLanes], next_coeff[kStateLanes];  // d_inputs and coeffs at the step after this one
+  Acc grad[kStateLanes], next_coeff[kStateLanes];  // d_inputs and conj(coeffs) at the step after this one
   for (int k = 0; k < lanes; ++k) grad[k] = Acc(0), next_coeff[k] = Acc(0);
   // One step of every lane; prev_out(k) is the forward's output one step before it.
   auto step = [&](int64_t i, auto prev_out) {
@@ -161,8 +166,8 @@ void bwd_run(const BackwardParams& p, const SeqRun<kNumBwdSlots>& r) {
     for (int k = 0; k < lanes; ++k) {
       grad[k] = next_coeff[k] * grad[k] + static_cast<Acc>(dys[lane(kBwdDOutputs, k)]);
       dxs[lane(kBwdDInputs, k)] = static_cast<T>(grad[k]);
-      dcs[lane(kBwdDCoeffs, k)] = static_cast<T>(grad[k] * prev_out(k));
-      next_coeff[k] = static_cast<Acc>(cs[lane(kBwdCoeffs, k)]);
+      dcs[lane(kBwdDCoeffs, k)] = static_cast<T>(grad[k] * conj(prev_out(k)));
+      next_coeff[k] = conj(static_cast<Acc>(cs[lane(kBwdCoeffs, k)]));
     }
   };
   for (int64_t i = p.seq_len - 1; i > 0; --i) {
@@ -189,6 +194,8 @@ void by_dtype(DType dtype, const P& p) {
     case DType::kFloat64: return Fn<double>::run(p);
     case DType::kFloat16: return Fn<c10::Half>::run(p);
     case DType::kBFloat16: return Fn<c10::BFloat16>::run(p);
+    case DType::kComplex64: return Fn<c10::complex<float>>::run(p);
+    case DType::kComplex128: return Fn<c10::complex<double>>::run(p);
   }
 }
 template <typename T> struct Fwd { static void run(const ForwardParams& p) { fwd<T>(p); } };

@@ -49,6 +49,9 @@ LINREC_DECLARE_ALL(float)
 LINREC_DECLARE_ALL(double)
 LINREC_DECLARE_ALL(__half)
 LINREC_DECLARE_ALL(__nv_bfloat16)
+// Complex storage: the strided kernels only (and ref, instantiated here).
+LINREC_DECLARE_FAMILY(ComplexFloat, launch_strided, strided_func_attrs)
+LINREC_DECLARE_FAMILY(ComplexDouble, launch_strided, strided_func_attrs)
 
 namespace {
 
@@ -59,7 +62,17 @@ void by_dtype(DType dtype, Fn&& fn) {
     case DType::kFloat64: return fn.template operator()<double>();
     case DType::kFloat16: return fn.template operator()<__half>();
     case DType::kBFloat16: return fn.template operator()<__nv_bfloat16>();
+    case DType::kComplex64: return fn.template operator()<ComplexFloat>();
+    case DType::kComplex128: return fn.template operator()<ComplexDouble>();
   }
+}
+
+template <typename T, bool kBackward, typename Params>
+void launch_ref(const Params& p, cudaStream_t stream) {
+  const auto blocks = static_cast<unsigned>((p.num_seqs + kRefThreadsPerBlock - 1) / kRefThreadsPerBlock);
+  if constexpr (kBackward) launch_kernel<ref_bwd_kernel<T>>(blocks, kRefThreadsPerBlock, 0, stream, p);
+  else launch_kernel<ref_fwd_kernel<T>>(blocks, kRefThreadsPerBlock, 0, stream, p);
+  check_launch(kBackward ? "linrec_ref_bwd" : "linrec_ref_fwd");
 }
 
 template <bool kBackward, typename Params>
@@ -67,19 +80,16 @@ void launch(const Params& p, DType dtype, KernelKind kind, const TileConfig& con
   if (p.chain_workspace != nullptr)
     clear_workspace(p.chain_workspace, cuda_workspace_bytes(dtype, kind, p.num_seqs, p.seq_len, config), stream);
   by_dtype(dtype, [&]<typename T>() {
-    switch (kind) {
-      case KernelKind::kRef: {
-        const auto blocks = static_cast<unsigned>((p.num_seqs + kRefThreadsPerBlock - 1) / kRefThreadsPerBlock);
-        if constexpr (kBackward) launch_kernel<ref_bwd_kernel<T>>(blocks, kRefThreadsPerBlock, 0, stream, p);
-        else launch_kernel<ref_fwd_kernel<T>>(blocks, kRefThreadsPerBlock, 0, stream, p);
-        return check_launch(kBackward ? "linrec_ref_bwd" : "linrec_ref_fwd");
+    if (kind == KernelKind::kRef) return launch_ref<T, kBackward>(p, stream);
+    if (kind == KernelKind::kStrided) return launch_strided<T, kBackward>(p, config, stream);
+    if constexpr (!kIsComplex<T>) {  // complex storage is compiled for ref and strided only
+      switch (kind) {
+        case KernelKind::kTile: return launch_tiled<T, Schedule::kOneTile, kBackward>(p, config, stream);
+        case KernelKind::kPipe: return launch_tiled<T, Schedule::kPipe, kBackward>(p, config, stream);
+        case KernelKind::kChained: return launch_chained<T, kBackward>(p, config, stream);
+        case KernelKind::kPacked: return launch_packed<T, kBackward>(p, config, stream);
+        default: break;
       }
-      case KernelKind::kTile: return launch_tiled<T, Schedule::kOneTile, kBackward>(p, config, stream);
-      case KernelKind::kPipe: return launch_tiled<T, Schedule::kPipe, kBackward>(p, config, stream);
-      case KernelKind::kChained: return launch_chained<T, kBackward>(p, config, stream);
-      case KernelKind::kStrided: return launch_strided<T, kBackward>(p, config, stream);
-      case KernelKind::kPacked: return launch_packed<T, kBackward>(p, config, stream);
-      case KernelKind::kAuto: break;
     }
     throw std::invalid_argument("linrec: no kernel chosen");
   });
@@ -96,7 +106,8 @@ int64_t cuda_workspace_bytes(DType dtype, KernelKind kind, int64_t num_seqs, int
                              const TileConfig& config) {
   int64_t bytes = 0;
   by_dtype(dtype, [&]<typename T>() {
-    if (kind == KernelKind::kChained) bytes = chained_workspace_bytes<T>(num_seqs, seq_len, config);
+    if constexpr (!kIsComplex<T>)
+      if (kind == KernelKind::kChained) bytes = chained_workspace_bytes<T>(num_seqs, seq_len, config);
     if (kind == KernelKind::kStrided) bytes = strided_workspace_bytes<T>(num_seqs, seq_len, config);
   });
   return (bytes + kWorkspaceWordBytes - 1) / kWorkspaceWordBytes * kWorkspaceWordBytes;
@@ -146,23 +157,28 @@ FuncAttrs cuda_func_attrs(DType dtype, KernelKind kind, bool backward, KernelVar
     throw std::invalid_argument("linrec: only the tile and packed kernels have aligned-rows variants");
   cudaFuncAttributes a{};
   by_dtype(dtype, [&]<typename T>() {
-    switch (kind) {
-      case KernelKind::kRef:
-        a = backward ? kernel_attributes(ref_bwd_kernel<T>) : kernel_attributes(ref_fwd_kernel<T>);
-        break;
-      case KernelKind::kTile: a = attrs_of<T, Schedule::kOneTile>(backward, variant, config); break;
-      case KernelKind::kPipe: a = attrs_of<T, Schedule::kPipe>(backward, variant, config); break;
-      case KernelKind::kChained:
-        a = backward ? chained_func_attrs<T, true>(config) : chained_func_attrs<T, false>(config);
-        break;
-      case KernelKind::kStrided:
-        a = backward ? strided_func_attrs<T, true>(config) : strided_func_attrs<T, false>(config);
-        break;
-      case KernelKind::kPacked:
-        a = backward ? packed_func_attrs<T, true>(config, variant) : packed_func_attrs<T, false>(config, variant);
-        break;
-      case KernelKind::kAuto: throw std::invalid_argument("linrec: func_attrs needs a kernel kind");
+    if (kind == KernelKind::kRef) {
+      a = backward ? kernel_attributes(ref_bwd_kernel<T>) : kernel_attributes(ref_fwd_kernel<T>);
+      return;
     }
+    if (kind == KernelKind::kStrided) {
+      a = backward ? strided_func_attrs<T, true>(config) : strided_func_attrs<T, false>(config);
+      return;
+    }
+    if constexpr (!kIsComplex<T>) {  // complex storage is compiled for ref and strided only
+      switch (kind) {
+        case KernelKind::kTile: a = attrs_of<T, Schedule::kOneTile>(backward, variant, config); return;
+        case KernelKind::kPipe: a = attrs_of<T, Schedule::kPipe>(backward, variant, config); return;
+        case KernelKind::kChained:
+          a = backward ? chained_func_attrs<T, true>(config) : chained_func_attrs<T, false>(config);
+          return;
+        case KernelKind::kPacked:
+          a = backward ? packed_func_attrs<T, true>(config, variant) : packed_func_attrs<T, false>(config, variant);
+          return;
+        default: break;
+      }
+    }
+    throw std::invalid_argument("linrec: func_attrs needs a kernel kind compiled for this dtype");
   });
   return {a.numRegs, static_cast<int>(a.localSizeBytes), static_cast<int>(a.sharedSizeBytes), a.maxThreadsPerBlock};
 }

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "../memio.h"
+#include "complex.cuh"
 
 namespace linrec {
 
@@ -34,7 +35,7 @@ struct StatusValue {
 // that finds the same flag in both words has a consistent transform, so neither
 // side needs a memory fence, and each fence is a round trip to L2 on the path
 // every later tile waits on. Wider
-// accumulators (float64) keep the aggregate and the inclusive value in their
+// accumulators (float64, complex) keep the aggregate and the inclusive value in their
 // own fields, ordered by fences, so a reader that saw kAggregate never reads a
 // value that was overwritten after it.
 template <typename Acc, bool kTwoWords = sizeof(Acc) == 4>
@@ -162,8 +163,8 @@ __device__ __forceinline__ StatusValue<Acc> read_status(const TileStatus<Acc>* s
     const int flag = s->flag;
     if (flag == kNotReady) return {flag, Acc(0), Acc(1)};
     __threadfence();  // the values are read after the flag
-    if (flag == kInclusive) return {flag, s->inclusive, Acc(0)};
-    return {flag, s->aggregate_y, s->aggregate_c};
+    if (flag == kInclusive) return {flag, load_volatile(s->inclusive), Acc(0)};
+    return {flag, load_volatile(s->aggregate_y), load_volatile(s->aggregate_c)};
   }
 }
 

@@ -1,4 +1,5 @@
-// The ref kernels: one thread per sequence, walking it step by step.
+// The ref kernels: one thread per sequence, walking it step by step (complex
+// storage too: the backward conjugates, see complex.cuh).
 //
 // The correctness baseline, and also the right shape for sequences strided
 // along their length (channel-last data): neighbouring threads take
@@ -54,7 +55,7 @@ __global__ void __launch_bounds__(kRefThreadsPerBlock) ref_bwd_kernel(const Back
   const auto& es = p.index.elem_strides;
   const int64_t len = p.seq_len;
   const Acc initial = p.initial ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kBwdInitial]]) : Acc(0);
-  Acc grad = 0, next_coeff = 0;  // d_inputs and coeffs one forward step later
+  Acc grad = Acc(0), next_coeff = Acc(0);  // d_inputs and conj(coeffs) one forward step later
 #pragma unroll 4
   for (int64_t i = len - 1; i >= 0; --i) {
     const int64_t l = p.reverse ? len - 1 - i : i;
@@ -62,8 +63,8 @@ __global__ void __launch_bounds__(kRefThreadsPerBlock) ref_bwd_kernel(const Back
     grad = next_coeff * grad + to_acc<Acc>(dy[l * es[kBwdDOutputs]]);
     const Acc prev_out = i == 0 ? initial : to_acc<Acc>(y[l_prev * es[kBwdOutputs]]);
     dx[l * es[kBwdDInputs]] = from_acc<T>(grad);
-    dc[l * es[kBwdDCoeffs]] = from_acc<T>(grad * prev_out);
-    next_coeff = to_acc<Acc>(c[l * es[kBwdCoeffs]]);
+    dc[l * es[kBwdDCoeffs]] = from_acc<T>(grad * conj(prev_out));
+    next_coeff = conj(to_acc<Acc>(c[l * es[kBwdCoeffs]]));
   }
   static_cast<T*>(p.d_initial)[off[kBwdDInitial]] = from_acc<T>(grad * next_coeff);
 }

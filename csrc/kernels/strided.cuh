@@ -26,7 +26,8 @@
 // time started before it. The backward is the same scan run against the
 // forward direction, as in tiled.cuh: over d_outputs, with the coefficients one
 // forward step later, then d_coeffs = d_inputs * outputs one forward step
-// earlier (the initial state before the first).
+// earlier (the initial state before the first); for complex storage over the
+// conjugated coefficients, times the conjugated outputs (complex.cuh).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -93,6 +94,15 @@ template <int V, typename Acc>
 __device__ __forceinline__ void scan_step(Acc (&state)[V], const Acc (&a)[V], const Acc (&v)[V]) {
 #pragma unroll
   for (int j = 0; j < V; ++j) state[j] = a[j] * state[j] + v[j];
+}
+
+// The backward scans the conjugated coefficients (the identity for real storage).
+template <bool kBackward, int V, typename Acc>
+__device__ __forceinline__ void conj_in_backward(Acc (&a)[V]) {
+  if constexpr (kBackward) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) a[j] = conj(a[j]);
+  }
 }
 
 // How a launch splits sequences and time. A warp's lanes take G = channel_lanes
@@ -320,6 +330,7 @@ __global__ void __launch_bounds__(NT) strided_kernel(const Params p) {
       for (int j = 0; j < V; ++j) v[i][j] = Acc(0), a[i][j] = Acc(1);
       if (in) load_channels<V>(v[i], v_ptr + t.pos(q) * sv);
       if (in && cq >= 0) load_channels<V>(a[i], c_ptr + t.pos(cq) * sc);
+      conj_in_backward<kBackward>(a[i]);
     }
   };
   Acc v[E][V], a[E][V];
@@ -370,10 +381,7 @@ __global__ void __launch_bounds__(NT) strided_kernel(const Params p) {
       const int64_t q = t.first_q + i;
       if (q + 1 < t.len) load_channels<V>(a[i], y + t.pos(q + 1) * es[kBwdOutputs]);
 #pragma unroll
-      for (int j = 0; j < V; ++j) {
-        if (q + 1 >= t.len) a[i][j] = initial[j];
-        a[i][j] *= v[i][j];
-      }
+      for (int j = 0; j < V; ++j) a[i][j] = conj(q + 1 >= t.len ? initial[j] : a[i][j]) * v[i][j];
     }
     Acc last_coeff[V];
     const bool has_last = t.first_q <= t.len - 1 && t.len - 1 < t.first_q + E;
@@ -389,7 +397,7 @@ __global__ void __launch_bounds__(NT) strided_kernel(const Params p) {
       if (q == t.len - 1) {
 #pragma unroll
         for (int j = 0; j < V; ++j)
-          static_cast<T*>(p.d_initial)[t.off[j][kBwdDInitial]] = from_acc<T>(v[i][j] * last_coeff[j]);
+          static_cast<T*>(p.d_initial)[t.off[j][kBwdDInitial]] = from_acc<T>(v[i][j] * conj(last_coeff[j]));
       }
     }
   }
@@ -491,6 +499,7 @@ __global__ void __launch_bounds__(NT) strided_staged_kernel(const Params p) {
     Acc v[V], a[V];
     Staged::read(v, slot(0, i));
     Staged::read(a, slot(1, i));
+    conj_in_backward<kBackward>(a);
     fold_step(slice_y, slice_c, a, v);
   }
 
@@ -530,9 +539,10 @@ __global__ void __launch_bounds__(NT) strided_staged_kernel(const Params p) {
       Staged::read(a, slot(1, i));
       Staged::read(y_prev, slot(2, i));
       const bool last = t.first_q + i == t.len - 1;
+      conj_in_backward<kBackward>(a);
       scan_step(state, a, v);
 #pragma unroll
-      for (int j = 0; j < V; ++j) y_prev[j] = (last ? initial[j] : y_prev[j]) * state[j];
+      for (int j = 0; j < V; ++j) y_prev[j] = conj(last ? initial[j] : y_prev[j]) * state[j];
       store_channels<V>(dx_at, state);
       store_channels<V>(dc_at, y_prev);
     }
@@ -540,7 +550,7 @@ __global__ void __launch_bounds__(NT) strided_staged_kernel(const Params p) {
       // The last step's d_inputs is the state after the loop.
 #pragma unroll
       for (int j = 0; j < V; ++j)
-        static_cast<T*>(p.d_initial)[t.off[j][kBwdDInitial]] = from_acc<T>(state[j] * last_coeff[j]);
+        static_cast<T*>(p.d_initial)[t.off[j][kBwdDInitial]] = from_acc<T>(state[j] * conj(last_coeff[j]));
     }
   }
 }

@@ -58,9 +58,12 @@ bool strided_pairs_channels(const Params& p) {
 //   64-byte rows, (1, 2^20, 16) fp32: 96.6 / 239.1 -> 99.9 / 275.0
 // From 32-byte rows a thread's own copies fill whole sectors, and the backward
 // loses. LINREC_STRIDED_FLAT=0 in the environment turns it off (A/B timing).
+// Complex storage (rows of one or two complex64) keeps the lane-group kernel:
+// the dense kernel's backward is written for real values only.
 constexpr int kFlatMaxRowBytes = 16;
 template <typename T, typename Params>
 bool strided_dense_rows(const Params& p) {
+  if constexpr (kIsComplex<T>) return false;
   static const bool enabled = [] {
     const char* v = std::getenv("LINREC_STRIDED_FLAT");
     return v == nullptr || v[0] != '0';
@@ -105,7 +108,7 @@ void launch_strided_with(const Params& p, bool dense_rows, cudaStream_t stream, 
     allow_dynamic_smem<kernel, C, smem>(name);
     launch_kernel<kernel>(static_cast<unsigned>(blocks), C.threads_per_block, smem, stream, p);
   };
-  if constexpr (C.memcode == MemCode::kStaged) {
+  if constexpr (C.memcode == MemCode::kStaged && !kIsComplex<T>) {
     if (layout.slices_per_warp > 1 && dense_rows) {
       constexpr int E = C.elems_per_thread, NT = C.threads_per_block;
       constexpr auto kernel = strided_flat_kernel<T, E, NT, V, kBackward, Params>;

@@ -1,9 +1,16 @@
 """Complex diagonal recurrences (S4, S5, LRU): complex64 and complex128.
 
-Two ways, one autograd.Function. On CUDA tensors of at least as many sequences as the device
-has SMs, Triton kernels scan the complex pairs directly, forward and fused backward, one program
-a sequence or a few neighbouring ones (impl/triton_complex.py). Everywhere else (the CPU, few long sequences) the
-recurrence becomes two real ones for linrec's real kernels, as follows.
+Three ways (_path picks one a call):
+
+- the compiled op (linrec::linrec_fwd / linrec_bwd, complex arithmetic in C++ and CUDA, with
+  linrec.linrec's autograd as for real tensors): on the CPU, and on CUDA for channel-last data
+  (the strided kernels, lanes across neighbouring channels) and for fewer sequences than the
+  device has SMs (the strided kernels' chunks of time chained by look-back);
+- Triton kernels that scan the complex pairs, one program a sequence (impl/triton_complex.py):
+  CUDA sequences stored as rows, at least as many as SMs; also where the compiled CUDA kernels
+  are not loaded;
+- two real scans, where neither runs (CUDA tensors without the compiled kernels or Triton, few
+  sequences), as follows.
 
 Write the coefficients in polar form, c[l] = r[l] e^{i theta[l]}, and let Phi[l] be the phase
 accumulated in scan order, Phi[l] = theta[l] + Phi[l-1] (Phi[-1] = 0). With y[l] = e^{i Phi[l]} z[l]:
@@ -37,7 +44,7 @@ import math
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from ._ops import _previous_states
+from ._ops import _previous_states, call_compiled
 
 
 def _real_scan(*args, **kwargs):
@@ -63,24 +70,38 @@ def _polar_scan(x, c, initial, dim: int, reverse: bool) -> torch.Tensor:
 _sm_counts: dict[int, int] = {}
 
 
-def _triton_applies(x: torch.Tensor, dim: int) -> bool:
-    """Whether the Triton complex kernels (impl/triton_complex.py: programs that each walk whole
-    sequences) take this call: CUDA tensors with at least as many sequences as the device has SMs. Fewer, long
-    sequences go through the polar scan, whose real scans split sequences across the GPU."""
+def _channel_last(x: torch.Tensor, dim: int) -> bool:
+    """Whether neighbouring sequences lie nearer each other in memory than a sequence's own
+    steps (as the CUDA op's seqs_interleaved decides for its strided kernels)."""
+    step = abs(x.stride(dim))
+    return step > 1 and any(0 < abs(s) < step for k, s in enumerate(x.stride()) if k != dim and x.shape[k] > 1)
+
+
+def _path(x: torch.Tensor, dim: int) -> str:
+    """'compiled', 'triton' or 'polar' for this call (the module docstring says why)."""
     if not x.is_cuda:
-        return False
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
+        return "compiled"
+    from . import _cuda_backend
+
     index = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    compiled = _cuda_backend(index) == "cuda"
+    if compiled and _channel_last(x, dim):
+        return "compiled"
     if index not in _sm_counts:
         _sm_counts[index] = torch.cuda.get_device_properties(index).multi_processor_count
-    return x.numel() >= _sm_counts[index] * max(1, x.shape[dim])
+    try:
+        import triton  # noqa: F401
+
+        many_seqs = x.numel() >= _sm_counts[index] * max(1, x.shape[dim])
+    except ImportError:
+        many_seqs = False
+    if many_seqs:
+        return "triton"
+    return "compiled" if compiled else "polar"
 
 
 def _scan(x, c, initial, dim: int, reverse: bool) -> torch.Tensor:
-    if _triton_applies(x, dim):
+    if _path(x, dim) == "triton":
         from .impl.triton_complex import complex_fwd
 
         return complex_fwd(x, c, initial, dim, reverse)
@@ -102,7 +123,7 @@ class _ComplexLinrec(torch.autograd.Function):
         if outputs.shape[dim] == 0:
             d_initial = torch.zeros_like(initial) if ctx.has_initial else None
             return torch.zeros_like(grad), torch.zeros_like(grad), d_initial, None, None
-        if _triton_applies(outputs, dim):  # the fused backward kernel
+        if _path(outputs, dim) == "triton":  # the fused backward kernel
             from .impl.triton_complex import complex_bwd
 
             d_inputs, d_coeffs, d_initial = complex_bwd(grad, coeffs, outputs, initial, dim, reverse)
@@ -140,6 +161,8 @@ class _ComplexLinrecDual(_ComplexLinrec):
 
 def linrec_complex(inputs, coeffs, initial, dim: int, reverse: bool) -> torch.Tensor:
     """The recurrence for complex64 / complex128 arguments, normalized as by _args.normalize."""
+    if _path(inputs, dim) == "compiled":
+        return call_compiled(inputs, coeffs, initial, dim, reverse)
     tensors = (inputs, coeffs) if initial is None else (inputs, coeffs, initial)
     dual = not torch.compiler.is_compiling() and any(fwAD.unpack_dual(t).tangent is not None for t in tensors)
     return (_ComplexLinrecDual if dual else _ComplexLinrec).apply(inputs, coeffs, initial, dim, bool(reverse))

@@ -14,6 +14,9 @@ op as plain ints, so torch.compile traces these calls like any other.
   for sequences strided along their length (channel-last data), any length.
 - linrec_packed: several short sequences to a warp, each held whole by a
   segment of lanes (at most 32 * elems_per_thread elements).
+
+linrec_ref and linrec_strided also take complex64 / complex128 (the only families
+compiled for complex storage).
 """
 
 from __future__ import annotations
@@ -57,14 +60,14 @@ def _check_config(kernel, inputs, dim, elems_per_thread, threads_per_block, memc
 
 def _run_config(kernel, kernel_id, inputs, coeffs, reverse, dim, initial, config):
     """Check the arguments and the config, then run one compiled kernel with it."""
-    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse)
+    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse, complex_ok=kernel == "strided")
     _check_cuda(inputs)
     _check_config(kernel, inputs, dim, *config)
     return call_compiled(inputs, coeffs, initial, dim, reverse, kernel_id, *config)
 
 
 def linrec_ref(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
-    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse)
+    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse, complex_ok=True)
     _check_cuda(inputs)
     return call_compiled(inputs, coeffs, initial, dim, reverse, KERNEL_REF)
 
