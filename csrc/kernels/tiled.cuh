@@ -266,9 +266,11 @@ void allow_dynamic_smem(const std::string& name) {
     static const int static_bytes = static_cast<int>(kernel_attributes(kKernel).sharedSizeBytes);
     if (kSmem + static_bytes <= 48 * 1024) return;
     const cudaError_t err = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-    if (err != cudaSuccess)
+    if (err != cudaSuccess) {
+      cudaGetLastError();  // reported here, not left for the next launch's check to report as its own
       throw std::runtime_error("linrec: " + name + " needs " + std::to_string(kSmem + static_bytes) +
                                " bytes of shared memory for " + C.to_string() + ": " + cudaGetErrorString(err));
+    }
   }
 }
 
