@@ -67,11 +67,12 @@ constexpr auto STRIDED_CONFIG_LIST =
 
 // The chained kernels take the tile configs, plus tiles staged whole in shared
 // memory (MemCode::kStaged): registers then hold no tile while it loads and
-// while the block looks back, so an SM keeps more bytes in flight.
-constexpr auto CHAINED_CONFIG_LIST =
-    concat(concat(CONFIG_LIST, product(std::array{16, 32}, std::array{128, 256}, std::array{MemCode::kStaged},
-                                       std::array{AlgoCode::kBlock})),
+// while the block looks back, so an SM keeps more bytes in flight. Complex
+// storage is compiled for the staged configs only.
+constexpr auto CHAINED_STAGED_CONFIG_LIST =
+    concat(product(std::array{16, 32}, std::array{128, 256}, std::array{MemCode::kStaged}, std::array{AlgoCode::kBlock}),
            product(std::array{64}, std::array{128}, std::array{MemCode::kStaged}, std::array{AlgoCode::kBlock}));
+constexpr auto CHAINED_CONFIG_LIST = concat(CONFIG_LIST, CHAINED_STAGED_CONFIG_LIST);
 
 // The packed kernels (packed.cuh): sequences of at most 32 * elems_per_thread
 // elements, several to a warp, threads_per_block threads to a block.
@@ -131,13 +132,16 @@ inline KernelChoice select_one_block_per_seq(int64_t seq_len, bool backward, boo
   return {KernelKind::kPipe, {16, 64, kVec, kFull}};
 }
 
-// Complex storage (complex64, complex128) is compiled for the ref and strided
-// kernels only, and takes the strided kernels in any layout: channel-last data
-// is what they are for (linrec.linrec sends complex rows to its Triton kernels).
-// Slices staged as for real channel-last data; complex128 (16-byte elements)
-// with half the threads, so a block's staged slices stay within 64 KB forward.
-inline KernelChoice select_complex_config(int64_t seq_len, int elem_bytes) {
+// Complex storage (complex64, complex128) is compiled for the ref, strided and
+// staged chained kernels only. Channel-last data takes the strided kernels,
+// slices staged as for real data; complex128 (16-byte elements) with half the
+// threads, so a block's staged slices stay within 64 KB forward. Rows take the
+// chained kernels, staged tiles of 2048 elements (16 KB of complex64 a tensor,
+// as fp32's 32x128). (linrec.linrec sends many complex rows to its Triton
+// kernels instead, see linrec/_complex.py.)
+inline KernelChoice select_complex_config(int64_t seq_len, bool seqs_interleaved, int elem_bytes) {
   constexpr AlgoCode kFull = AlgoCode::kBlock;
+  if (!seqs_interleaved) return {KernelKind::kChained, {16, 128, MemCode::kStaged, kFull}};
   if (seq_len < 256) return {KernelKind::kStrided, {8, 128, MemCode::kDirect, kFull}};
   return {KernelKind::kStrided, {16, elem_bytes > 8 ? 128 : 256, MemCode::kStaged, kFull}};
 }

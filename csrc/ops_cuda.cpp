@@ -35,12 +35,13 @@ LaunchChoice choose(const KernelArgs& args, int64_t seq_len, int64_t num_seqs, b
                   "(packed), got ", kernel);
   const auto kind = static_cast<KernelKind>(kernel);
   if (kind == KernelKind::kAuto && is_complex(dtype)) {
-    const KernelChoice c = select_complex_config(seq_len, dtype == DType::kComplex128 ? 16 : 8);
+    const KernelChoice c = select_complex_config(seq_len, interleaved, dtype == DType::kComplex128 ? 16 : 8);
     return {c.kind, c.config};
   }
-  STD_TORCH_CHECK(!is_complex(dtype) || kind == KernelKind::kRef || kind == KernelKind::kStrided,
-                  "linrec: complex recurrences run on the ref (1) and strided (5) CUDA kernels only, got kernel ",
-                  kernel);
+  STD_TORCH_CHECK(!is_complex(dtype) || kind == KernelKind::kRef || kind == KernelKind::kChained ||
+                      kind == KernelKind::kStrided,
+                  "linrec: complex recurrences run on the ref (1), chained (4, staged configs) and strided (5) CUDA "
+                  "kernels only, got kernel ", kernel);
   if (kind == KernelKind::kAuto) {
     const int elem_bytes = dtype == DType::kFloat64 ? 8 : dtype == DType::kFloat32 ? 4 : 2;
     const KernelChoice c =

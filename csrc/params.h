@@ -125,7 +125,7 @@ struct BackwardParams {
 };
 
 // Storage dtypes; arithmetic is float32 for the 16-bit types. The complex ones
-// run on the CPU and on the ref and strided CUDA kernels only.
+// run on the CPU and on the ref, staged chained and strided CUDA kernels only.
 enum class DType : int { kFloat32, kFloat64, kFloat16, kBFloat16, kComplex64, kComplex128 };
 
 constexpr bool is_complex(DType d) { return d == DType::kComplex64 || d == DType::kComplex128; }

@@ -1,7 +1,8 @@
-"""Time complex recurrences on a GPU: linrec.linrec on complex64 (two real scans after the phase is
-taken out, linrec/_complex.py), eager and under torch.compile, beside the float32 scan of the same
-shape and torch.add of complex64, forward and forward+backward, timed as linrec.bench times its
-cases (CUDA-graph replays, inputs cycled past L2).
+"""Time complex recurrences on a GPU: linrec.linrec on complex64 (whichever path linrec/_complex.py
+takes), eager and under torch.compile, beside the compiled op's chained kernels on rows, the
+fallback of two real scans, the float32 scan of the same shape and torch.add of complex64,
+forward and forward+backward, timed as linrec.bench times its cases (CUDA-graph replays, inputs
+cycled past L2).
 
     python scripts/complex_bench.py [--json FILE]
 
@@ -17,6 +18,7 @@ import json
 import torch
 
 import linrec
+from linrec.impl import cuda
 from linrec._timing import copy_bandwidth_gbs
 from linrec.bench import time_case
 
@@ -26,6 +28,11 @@ SHAPES = [((1056, 8192), -1), ((8, 4096, 1024), 1), ((4, 1 << 20), -1)]
 def polar(x, c, dim):
     """The path linrec.linrec takes where neither the compiled kernels nor Triton run."""
     return linrec._complex._polar_scan(x, c, None, dim, False)
+
+
+def chained(x, c, dim):
+    """The compiled op's chained kernels on complex rows (linrec.linrec's choice for few of them)."""
+    return cuda.linrec_chained(x, c, dim=dim, elems_per_thread=16, threads_per_block=128, memcode=3)
 
 
 def complex_case(shape, seed=0):
@@ -51,10 +58,13 @@ def main(argv=None):
         impls = {
             "linrec complex64": (linrec.linrec, x, c),
             "linrec complex64, torch.compile": (compiled, x, c),
+            "compiled op, chained 16x128": (chained, x, c),
             "two real scans (the fallback path)": (polar, x, c),
             "linrec float32 (same shape)": (linrec.linrec, xr, r_coeffs),
             "torch.add complex64": (lambda a, b, dim: a + b, x, c),
         }
+        if dim != -1:  # channel-last: linrec.linrec's own path is the compiled op
+            del impls["compiled op, chained 16x128"]
         for name, (fn, a, b) in impls.items():
             for backward in (False, True):
                 try:

@@ -253,9 +253,9 @@ def test_complex_paths_gpu(monkeypatch, path, reverse):
         assert rel_err(a.cpu(), b) < 5e-6, name
 
 
-def test_complex_rule():
-    """The compiled op on the CPU and, on CUDA, for channel-last data and for fewer sequences
-    than SMs; Triton for CUDA rows of at least as many sequences as SMs."""
+def test_complex_rule(monkeypatch):
+    """The compiled op wherever it is loaded (the CPU; CUDA with the compiled kernels); without
+    them, Triton for at least as many CUDA sequences as SMs and two real scans for fewer."""
     path = linrec._complex._path
     assert path(torch.empty(4, 64, dtype=torch.complex64), 1) == "compiled"
     if not torch.cuda.is_available():
@@ -263,21 +263,20 @@ def test_complex_rule():
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows, few_rows = (torch.empty(n, 64, device="cuda", dtype=torch.complex64) for n in (sms, sms - 1))
     channel_last = torch.empty(2, 64, 8, device="cuda", dtype=torch.complex64)
-    assert path(rows, 1) == "triton"
     if linrec._cuda_backend(0) == "cuda":
-        assert path(few_rows, 1) == "compiled" and path(channel_last, 1) == "compiled"
-    else:
-        assert path(few_rows, 1) == "polar" and path(channel_last, 1) == "polar"
+        assert path(rows, 1) == path(few_rows, 1) == path(channel_last, 1) == "compiled"
+    monkeypatch.setattr(linrec, "_cuda_backend", lambda index: "triton")
+    assert path(rows, 1) == "triton"
+    assert path(few_rows, 1) == path(channel_last, 1) == "polar"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 @pytest.mark.parametrize("dim", [-1, 1])
 def test_complex_inductor_gpu(dim):
-    """torch.compile (inductor, fullgraph) of complex64 scans: rows on the Triton path,
-    channel-last on the compiled op: values and gradients as the eager call's."""
+    """torch.compile (inductor, fullgraph) of complex64 scans, rows and channel-last, on the
+    compiled op where it is loaded: values and gradients as the eager call's."""
     x = crandn(8, 300, 200, device="cuda", dtype=torch.complex64).requires_grad_()
     c = decays(8, 300, 200, device="cuda", dtype=torch.complex64).requires_grad_()
-    assert linrec._complex._path(x, dim) == ("triton" if dim == -1 or linrec._cuda_backend(0) != "cuda" else "compiled")
     compiled = torch.compile(lambda a, b: linrec.linrec(a, b, dim=dim), fullgraph=True)
     got, want = compiled(x, c), linrec.linrec(x, c, dim=dim)
     assert rel_err(got, want.detach().to(torch.complex128)) < 1e-6
@@ -286,35 +285,41 @@ def test_complex_inductor_gpu(dim):
         assert rel_err(a, b.to(torch.complex128)) < 1e-6
 
 
-# The compiled op's complex kernels called directly: the CPU kernel, and on CUDA the ref kernel
-# and every compiled strided config (the only CUDA families built for complex storage).
+# The compiled op's complex kernels called directly: the CPU kernel, and on CUDA the ref kernel,
+# every staged chained config and every strided config (the CUDA kernels built for complex storage).
 def _op_kernels():
     kernels = [("cpu", (0, 0, 0, 0, 3))]
     if torch.cuda.is_available() and linrec._cuda_backend(0) == "cuda":
-        kernels += [("cuda", (1, 0, 0, 0, 3))] + [("cuda", (5, *cfg)) for cfg in linrec.compiled_configs("strided")]
+        kernels += [("cuda", (1, 0, 0, 0, 3))]
+        kernels += [("cuda", (4, *cfg)) for cfg in linrec.compiled_configs("chained") if cfg[2] == 3]
+        kernels += [("cuda", (5, *cfg)) for cfg in linrec.compiled_configs("strided")]
     return kernels
 
 
 def _staged_fits(kernel, dtype, backward):
-    """Whether a strided config's block fits the GPU's shared memory: staged slices of 2 tensors
-    (3 backward) of E x NT elements, beside 2 x 32 x 32 accumulators. complex128's largest staged
-    configs do not (the launch then raises, naming the bytes)."""
+    """Whether a staged config's block fits the GPU's shared memory. Strided: slices of 2 tensors
+    (3 backward) of E x NT elements, beside 2 x 32 x 32 accumulators; chained: 2 tiles of NT rows
+    of E elements and 16 bytes of padding, beside a few KB. complex128's largest staged configs do
+    not fit (the launch then raises, naming the bytes)."""
     kind, e, t, memcode, _ = kernel
-    if kind != 5 or memcode != 3:
+    if kind not in (4, 5) or memcode != 3:
         return True
     item = torch.empty((), dtype=dtype).element_size()
     limit = getattr(torch.cuda.get_device_properties(0), "shared_memory_per_block_optin", 227 * 1024)
+    if kind == 4:
+        return 2 * t * (e * item + 16) + 4096 <= limit
     return ((3 if backward else 2) * e * t + 2 * 32 * 32) * item <= limit
 
 
 @pytest.mark.parametrize("device,kernel", _op_kernels(), ids=lambda v: str(v))
 @pytest.mark.parametrize("dtype,tol", [(torch.complex64, 5e-6), (torch.complex128, 1e-12)])
-@pytest.mark.parametrize("layout", ["channel_last", "rows", "few_channels"])
+@pytest.mark.parametrize("layout", ["channel_last", "rows", "long_rows", "few_channels"])
 @pytest.mark.parametrize("reverse", [False, True])
 def test_complex_op_kernels(device, kernel, dtype, tol, layout, reverse):
     """linrec_fwd / linrec_bwd on complex storage against the complex128 loop, outputs poisoned:
-    channel-last (B, T, D) over T long enough for several chunks of time, rows, and 3 channels
-    (lane groups); with an initial state and a zero coefficient (a reset)."""
+    channel-last (B, T, D) over T long enough for several chunks of time, rows, rows of several
+    chained tiles, and 3 channels (lane groups); with an initial state and a zero coefficient (a
+    reset)."""
     from linrec._ops import call_compiled
 
     if not _staged_fits(kernel, dtype, backward=False):
@@ -324,7 +329,8 @@ def test_complex_op_kernels(device, kernel, dtype, tol, layout, reverse):
         # The refusal leaves no CUDA error behind for the next launch to report as its own.
         assert torch.isfinite(call_compiled(x, 0.5 * x, None, 1, reverse).abs()).all()
         return
-    shape, dim = {"channel_last": ((3, 1100, 40), 1), "rows": ((5, 777), 1), "few_channels": ((1, 2300, 3), 1)}[layout]
+    shape, dim = {"channel_last": ((3, 1100, 40), 1), "rows": ((5, 777), 1), "long_rows": ((2, 9000), 1),
+                  "few_channels": ((1, 2300, 3), 1)}[layout]
     x = crandn(*shape, device=device, dtype=dtype).requires_grad_()
     c = decays(*shape, device=device, dtype=dtype)
     c.select(dim, 50).zero_()
@@ -356,5 +362,11 @@ def test_complex_op_other_kernels_raise():
     from linrec._ops import call_compiled
 
     x = crandn(4, 64, device="cuda", dtype=torch.complex64)
-    with pytest.raises(RuntimeError, match=r"complex recurrences run on the ref \(1\) and strided \(5\)"):
+    with pytest.raises(RuntimeError, match=r"complex recurrences run on the ref \(1\), chained \(4"):
         call_compiled(x, x, None, 1, False, 2, 8, 64, 1, 3)
+    with pytest.raises(RuntimeError, match="not compiled for"):  # a chained config in registers
+        call_compiled(x, x, None, 1, False, 4, 8, 64, 1, 3)
+    from linrec.impl import cuda
+
+    with pytest.raises(ValueError, match="complex64"):  # linrec.impl.cuda names the dtype
+        cuda.linrec_chained(x, x, elems_per_thread=8, threads_per_block=64, memcode=1)

@@ -11,7 +11,9 @@
 // prefetch their next tile during the look-back ran at 0.45 of copy against
 // 0.65 for a block per tile: a prefetched tile publishes its aggregate only
 // after its block's current tile is resolved, so later tiles wait on that.
-// The backward is the fused one of tiled.cuh.
+// The backward is the fused one of tiled.cuh. Complex storage takes the staged
+// kernel only, whose backward conjugates the coefficients and outputs it reads
+// (complex.cuh).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -275,7 +277,7 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
     if (threadIdx.x == 0) {
       const int64_t after = p.reverse ? b.start - 1 : b.start + kTileLen;  // next() of the tile's last element
       const int64_t before = p.reverse ? b.start + kTileLen : b.start - 1;  // prev() of its first
-      edge_c = after >= 0 && after < b.len ? to_acc<Acc>(b.c[after * es[B::kC]]) : Acc(0);
+      edge_c = after >= 0 && after < b.len ? conj(to_acc<Acc>(b.c[after * es[B::kC]])) : Acc(0);
       edge_y = before >= 0 && before < b.len ? to_acc<Acc>(y[before * es[kBwdOutputs]]) : b.initial;
     }
   }
@@ -290,12 +292,13 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
   const int row = static_cast<int>(threadIdx.x) * E;  // this thread's first tile element
   unsigned char* my_v = tile_v + threadIdx.x * staged_row_bytes<T, E>();
   const unsigned char* my_c = tile_c + threadIdx.x * staged_row_bytes<T, E>();
-  // This thread's coefficients of chunk j, in element order.
+  // This thread's coefficients of chunk j, in element order (the backward's
+  // conjugated: see complex.cuh; the identity for real storage).
   auto chunk_coeffs = [&](int j, Acc (&a)[kChunk]) {
     const uint4 raw = reinterpret_cast<const uint4*>(my_c)[j];
     const T* cs = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-    for (int i = 0; i < kChunk; ++i) a[i] = to_acc<Acc>(cs[i]);
+    for (int i = 0; i < kChunk; ++i) a[i] = kBackward ? conj(to_acc<Acc>(cs[i])) : to_acc<Acc>(cs[i]);
   };
   // The backward scan's coefficient at l is coeffs[next(l)], and next(l) is
   // the element it visits just before l: the walk passes each coefficient on
@@ -307,7 +310,7 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
   if constexpr (kBackward) {
     const int next = p.reverse ? row - 1 : row + E;
     if (b.start + next >= 0 && b.start + next < b.len)
-      row_entry_c = next >= 0 && next < kTileLen ? to_acc<Acc>(staged_at<T, E>(tile_c, next)) : edge_c;
+      row_entry_c = next >= 0 && next < kTileLen ? conj(to_acc<Acc>(staged_at<T, E>(tile_c, next))) : edge_c;
   }
   auto chunk_values = [&](int j, Acc (&x)[kChunk]) {
     const uint4 raw = reinterpret_cast<const uint4*>(my_v)[j];
@@ -377,7 +380,7 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
     store_staged_tile<E, NT>(static_cast<T*>(p.outputs) + b.off[kFwdOutputs], es[kFwdOutputs], tile_v, b.start, b.len);
   } else {
     if (threadIdx.x == 0 && first >= b.start && first < b.start + kTileLen)
-      first_c = to_acc<Acc>(staged_at<T, E>(tile_c, static_cast<int>(first - b.start)));
+      first_c = conj(to_acc<Acc>(staged_at<T, E>(tile_c, static_cast<int>(first - b.start))));
     __syncthreads();  // every rescan is done: tile_v holds d_inputs, tile_c is free
     unsigned char* tile_y = tile_c;  // the forward's outputs, copied while d_inputs is stored
     stage_tile<E, NT>(tile_y, y, es[kBwdOutputs], b.start, b.len, T(from_acc<T>(Acc(0))));
@@ -413,7 +416,7 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
         uint4 out;
 #pragma unroll
         for (int i = 0; i < kChunk; ++i)
-          reinterpret_cast<T*>(&out)[i] = from_acc<T>(to_acc<Acc>(g[i]) * (b.start + e0 + i == first ? b.initial : yp[i]));
+          reinterpret_cast<T*>(&out)[i] = from_acc<T>(to_acc<Acc>(g[i]) * conj(b.start + e0 + i == first ? b.initial : yp[i]));
         *reinterpret_cast<uint4*>(dc + b.start + e0) = out;
       }
     } else {
@@ -421,7 +424,7 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
         const int64_t pos = b.start + e;
         if (pos >= b.len) continue;
         const Acc g = to_acc<Acc>(staged_at<T, E>(tile_v, e));
-        dc[pos * es[kBwdDCoeffs]] = from_acc<T>(g * (pos == first ? b.initial : y_prev(e)));
+        dc[pos * es[kBwdDCoeffs]] = from_acc<T>(g * conj(pos == first ? b.initial : y_prev(e)));
       }
     }
     if (threadIdx.x == 0 && first >= b.start && first < b.start + kTileLen)
@@ -486,11 +489,19 @@ ChainSchedule chained_schedule(int64_t blocks, int64_t tile_input_bytes) {
   return {first_wave / 2, first_wave, pace_ps, first_wave / 3};
 }
 
+// The configs compiled for storage T: complex storage takes the staged ones only
+// (the register kernel's backward is written for real values).
+template <typename T>
+constexpr auto chained_config_list() {
+  if constexpr (kIsComplex<T>) return CHAINED_STAGED_CONFIG_LIST;
+  else return CHAINED_CONFIG_LIST;
+}
+
 // Launches the chained kernel for `config`: one block per tile.
 template <typename T, bool kBackward, typename Params>
 void launch_chained(const Params& p, const TileConfig& config, cudaStream_t stream) {
   const std::string name = kBackward ? "linrec_chained_bwd" : "linrec_chained_fwd";
-  dispatch_config<CHAINED_CONFIG_LIST>(config, [&]<TileConfig C>() {
+  dispatch_config<chained_config_list<T>()>(config, [&]<TileConfig C>() {
     constexpr auto kernel = chained_kernel_for<T, C, kBackward>();
     constexpr int smem = chained_dynamic_smem_bytes<T, C, kBackward>();
     allow_dynamic_smem<kernel, C, smem>(name);
@@ -510,7 +521,7 @@ void launch_chained(const Params& p, const TileConfig& config, cudaStream_t stre
 template <typename T, bool kBackward>
 cudaFuncAttributes chained_func_attrs(const TileConfig& config) {
   cudaFuncAttributes attrs{};
-  dispatch_config<CHAINED_CONFIG_LIST>(config, [&]<TileConfig C>() {
+  dispatch_config<chained_config_list<T>()>(config, [&]<TileConfig C>() {
     attrs = kernel_attributes(chained_kernel_for<T, C, kBackward>());
   }, kBackward ? "linrec_chained_bwd" : "linrec_chained_fwd");
   return attrs;

@@ -49,8 +49,10 @@ LINREC_DECLARE_ALL(float)
 LINREC_DECLARE_ALL(double)
 LINREC_DECLARE_ALL(__half)
 LINREC_DECLARE_ALL(__nv_bfloat16)
-// Complex storage: the strided kernels only (and ref, instantiated here).
+// Complex storage: the chained (staged configs) and strided kernels (and ref, instantiated here).
+LINREC_DECLARE_FAMILY(ComplexFloat, launch_chained, chained_func_attrs)
 LINREC_DECLARE_FAMILY(ComplexFloat, launch_strided, strided_func_attrs)
+LINREC_DECLARE_FAMILY(ComplexDouble, launch_chained, chained_func_attrs)
 LINREC_DECLARE_FAMILY(ComplexDouble, launch_strided, strided_func_attrs)
 
 namespace {
@@ -81,12 +83,12 @@ void launch(const Params& p, DType dtype, KernelKind kind, const TileConfig& con
     clear_workspace(p.chain_workspace, cuda_workspace_bytes(dtype, kind, p.num_seqs, p.seq_len, config), stream);
   by_dtype(dtype, [&]<typename T>() {
     if (kind == KernelKind::kRef) return launch_ref<T, kBackward>(p, stream);
+    if (kind == KernelKind::kChained) return launch_chained<T, kBackward>(p, config, stream);
     if (kind == KernelKind::kStrided) return launch_strided<T, kBackward>(p, config, stream);
-    if constexpr (!kIsComplex<T>) {  // complex storage is compiled for ref and strided only
+    if constexpr (!kIsComplex<T>) {  // complex storage is compiled for ref, chained and strided only
       switch (kind) {
         case KernelKind::kTile: return launch_tiled<T, Schedule::kOneTile, kBackward>(p, config, stream);
         case KernelKind::kPipe: return launch_tiled<T, Schedule::kPipe, kBackward>(p, config, stream);
-        case KernelKind::kChained: return launch_chained<T, kBackward>(p, config, stream);
         case KernelKind::kPacked: return launch_packed<T, kBackward>(p, config, stream);
         default: break;
       }
@@ -106,8 +108,7 @@ int64_t cuda_workspace_bytes(DType dtype, KernelKind kind, int64_t num_seqs, int
                              const TileConfig& config) {
   int64_t bytes = 0;
   by_dtype(dtype, [&]<typename T>() {
-    if constexpr (!kIsComplex<T>)
-      if (kind == KernelKind::kChained) bytes = chained_workspace_bytes<T>(num_seqs, seq_len, config);
+    if (kind == KernelKind::kChained) bytes = chained_workspace_bytes<T>(num_seqs, seq_len, config);
     if (kind == KernelKind::kStrided) bytes = strided_workspace_bytes<T>(num_seqs, seq_len, config);
   });
   return (bytes + kWorkspaceWordBytes - 1) / kWorkspaceWordBytes * kWorkspaceWordBytes;
@@ -165,13 +166,14 @@ FuncAttrs cuda_func_attrs(DType dtype, KernelKind kind, bool backward, KernelVar
       a = backward ? strided_func_attrs<T, true>(config) : strided_func_attrs<T, false>(config);
       return;
     }
-    if constexpr (!kIsComplex<T>) {  // complex storage is compiled for ref and strided only
+    if (kind == KernelKind::kChained) {
+      a = backward ? chained_func_attrs<T, true>(config) : chained_func_attrs<T, false>(config);
+      return;
+    }
+    if constexpr (!kIsComplex<T>) {  // complex storage is compiled for ref, chained and strided only
       switch (kind) {
         case KernelKind::kTile: a = attrs_of<T, Schedule::kOneTile>(backward, variant, config); return;
         case KernelKind::kPipe: a = attrs_of<T, Schedule::kPipe>(backward, variant, config); return;
-        case KernelKind::kChained:
-          a = backward ? chained_func_attrs<T, true>(config) : chained_func_attrs<T, false>(config);
-          return;
         case KernelKind::kPacked:
           a = backward ? packed_func_attrs<T, true>(config, variant) : packed_func_attrs<T, false>(config, variant);
           return;

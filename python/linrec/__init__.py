@@ -154,8 +154,8 @@ def linrec(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
 
     Args:
         inputs: floating tensor (float32, float64, float16 or bfloat16), any shape and strides;
-            or complex64 / complex128 (the compiled op in complex arithmetic, or Triton kernels
-            for CUDA rows; see linrec._complex).
+            or complex64 / complex128 (the compiled kernels in complex arithmetic; see
+            linrec._complex).
         coeffs: tensor or number broadcastable to inputs (a scalar, one per channel, or full shape);
             cast to inputs' dtype (complex coeffs need complex inputs). Its gradient is reduced to
             its own shape.

@@ -3,14 +3,12 @@
 Three ways (_path picks one a call):
 
 - the compiled op (linrec::linrec_fwd / linrec_bwd, complex arithmetic in C++ and CUDA, with
-  linrec.linrec's autograd as for real tensors): on the CPU, and on CUDA for channel-last data
-  (the strided kernels, lanes across neighbouring channels) and for fewer sequences than the
-  device has SMs (the strided kernels' chunks of time chained by look-back);
-- Triton kernels that scan the complex pairs, one program a sequence (impl/triton_complex.py):
-  CUDA sequences stored as rows, at least as many as SMs; also where the compiled CUDA kernels
-  are not loaded;
-- two real scans, where neither runs (CUDA tensors without the compiled kernels or Triton, few
-  sequences), as follows.
+  linrec.linrec's autograd as for real tensors): on the CPU, and on CUDA wherever the compiled
+  kernels are loaded (csrc/dispatch.h: the strided kernels for channel-last data, the staged
+  chained kernels for rows);
+- without them, Triton kernels that scan the complex pairs, one program a sequence
+  (impl/triton_complex.py), for at least as many CUDA sequences as the device has SMs;
+- two real scans where neither runs (fewer sequences, or no Triton), as follows.
 
 Write the coefficients in polar form, c[l] = r[l] e^{i theta[l]}, and let Phi[l] be the phase
 accumulated in scan order, Phi[l] = theta[l] + Phi[l-1] (Phi[-1] = 0). With y[l] = e^{i Phi[l]} z[l]:
@@ -70,13 +68,6 @@ def _polar_scan(x, c, initial, dim: int, reverse: bool) -> torch.Tensor:
 _sm_counts: dict[int, int] = {}
 
 
-def _channel_last(x: torch.Tensor, dim: int) -> bool:
-    """Whether neighbouring sequences lie nearer each other in memory than a sequence's own
-    steps (as the CUDA op's seqs_interleaved decides for its strided kernels)."""
-    step = abs(x.stride(dim))
-    return step > 1 and any(0 < abs(s) < step for k, s in enumerate(x.stride()) if k != dim and x.shape[k] > 1)
-
-
 def _path(x: torch.Tensor, dim: int) -> str:
     """'compiled', 'triton' or 'polar' for this call (the module docstring says why)."""
     if not x.is_cuda:
@@ -84,8 +75,7 @@ def _path(x: torch.Tensor, dim: int) -> str:
     from . import _cuda_backend
 
     index = x.device.index if x.device.index is not None else torch.cuda.current_device()
-    compiled = _cuda_backend(index) == "cuda"
-    if compiled and _channel_last(x, dim):
+    if _cuda_backend(index) == "cuda":
         return "compiled"
     if index not in _sm_counts:
         _sm_counts[index] = torch.cuda.get_device_properties(index).multi_processor_count
@@ -95,9 +85,7 @@ def _path(x: torch.Tensor, dim: int) -> str:
         many_seqs = x.numel() >= _sm_counts[index] * max(1, x.shape[dim])
     except ImportError:
         many_seqs = False
-    if many_seqs:
-        return "triton"
-    return "compiled" if compiled else "polar"
+    return "triton" if many_seqs else "polar"
 
 
 def _scan(x, c, initial, dim: int, reverse: bool) -> torch.Tensor:

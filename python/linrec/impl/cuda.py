@@ -15,8 +15,8 @@ op as plain ints, so torch.compile traces these calls like any other.
 - linrec_packed: several short sequences to a warp, each held whole by a
   segment of lanes (at most 32 * elems_per_thread elements).
 
-linrec_ref and linrec_strided also take complex64 / complex128 (the only families
-compiled for complex storage).
+linrec_ref, linrec_strided and linrec_chained (its staged configs, memcode 3) also
+take complex64 / complex128: the families compiled for complex storage.
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ def _check_config(kernel, inputs, dim, elems_per_thread, threads_per_block, memc
 
 def _run_config(kernel, kernel_id, inputs, coeffs, reverse, dim, initial, config):
     """Check the arguments and the config, then run one compiled kernel with it."""
-    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse, complex_ok=kernel == "strided")
+    complex_ok = kernel == "strided" or (kernel == "chained" and config[2] == 3)
+    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse, complex_ok=complex_ok)
     _check_cuda(inputs)
     _check_config(kernel, inputs, dim, *config)
     return call_compiled(inputs, coeffs, initial, dim, reverse, kernel_id, *config)

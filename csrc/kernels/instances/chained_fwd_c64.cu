@@ -1,0 +1,9 @@
+// Explicit instantiation: chained fwd, ComplexFloat (complex64; the staged configs).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "../chained.cuh"
+
+namespace linrec {
+LINREC_INSTANTIATE_CHAINED(ComplexFloat, false, ForwardParams)
+}  // namespace linrec
