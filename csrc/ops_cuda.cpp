@@ -48,6 +48,9 @@ LaunchChoice choose(const KernelArgs& args, int64_t seq_len, int64_t num_seqs, b
         select_config(seq_len, num_seqs, interleaved, backward, elem_bytes, cuda_sm_count(device));
     return {c.kind, c.config};
   }
+  STD_TORCH_CHECK(!is_complex(dtype) || kind != KernelKind::kChained || memcode == 3,
+                  "linrec: complex recurrences take the chained kernel's staged configs only (memcode 3), got "
+                  "memcode ", memcode);
   const bool may_stage = kind == KernelKind::kChained || kind == KernelKind::kStrided;
   const int64_t max_memcode = may_stage ? 3 : 2;  // 3: MemCode::kStaged, chained and strided only
   STD_TORCH_CHECK(memcode >= 0 && memcode <= max_memcode, "linrec: memcode must be 0, 1, 2",

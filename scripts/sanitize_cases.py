@@ -74,8 +74,19 @@ for dtype in (torch.float32, torch.bfloat16):
         for fn in (triton.linrec_tile, triton.linrec_pipe):
             leaves = [v.clone().requires_grad_() for v in (x, c, h0)]
             fn(*leaves[:2], reverse, initial=leaves[2]).sum().backward()
-# Complex storage (the strided kernels and ref): channel-last, 66 channels and 3.
+# Complex storage (the strided, staged chained and ref kernels): channel-last, 66 channels and
+# 3; rows of several chained tiles, aligned and misaligned.
 for reverse in (False, True):
+    xr = torch.randn(3, 9001, device="cuda", dtype=torch.complex64)
+    cr = torch.polar(torch.rand(3, 9001, device="cuda") * 0.5 + 0.5, torch.rand(3, 9001, device="cuda") * 6)
+    hr = torch.randn(3, device="cuda", dtype=torch.complex64)
+    for e, t, m, a in linrec.compiled_configs("chained"):
+        for inputs in ((xr[:, :-1], cr[:, :-1], hr), (xr[:, 1:], cr[:, 1:], hr)):
+            if m == 3:
+                leaves = [v.clone().requires_grad_() for v in inputs]
+                y = cuda.linrec_chained(*leaves[:2], reverse, initial=leaves[2], elems_per_thread=e,
+                                        threads_per_block=t, memcode=m, algocode=a)
+                y.backward(torch.randn_like(y))
     xz = torch.randn(1030, 66, device="cuda", dtype=torch.complex64)
     cz = torch.polar(torch.rand(1030, 66, device="cuda") * 0.5 + 0.5, torch.rand(1030, 66, device="cuda") * 6)
     hz = torch.randn(66, device="cuda", dtype=torch.complex64)
