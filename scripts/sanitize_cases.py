@@ -1,6 +1,6 @@
 """A small set of kernel calls for compute-sanitizer (memcheck, racecheck): every
 kernel family (CUDA and Triton), both directions, partial tiles, misaligned views and aligned
-rows, complex storage on the strided and ref kernels, fwd and bwd."""
+rows, complex storage on the strided, staged chained and ref kernels, fwd and bwd."""
 
 import torch
 

@@ -1,5 +1,5 @@
 // Complex storage and arithmetic for the kernels that scan complex64 / complex128
-// (the strided and ref kernels): a pair (re, im) laid out as torch lays out its
+// (the ref, strided and staged chained kernels): a pair (re, im) laid out as torch lays out its
 // complex elements, with the operations the scans use, so that the templates
 // written for real accumulators run unchanged. Complex<R> is both the storage
 // type and its own accumulator (acc_t).
@@ -9,7 +9,6 @@
 // d_coeffs = d_inputs * conj(outputs one step earlier). `conj` of a real value is
 // the value, so real instantiations compile as before.
 #pragma once
-#include <type_traits>
 
 namespace linrec {
 
