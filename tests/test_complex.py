@@ -370,3 +370,17 @@ def test_complex_op_other_kernels_raise():
 
     with pytest.raises(ValueError, match="complex64"):  # linrec.impl.cuda names the dtype
         cuda.linrec_chained(x, x, elems_per_thread=8, threads_per_block=64, memcode=1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dim", [1, 2])
+def test_complex_opcheck(device, dim):
+    """The ops' schema, fake kernels and autograd registration on complex storage
+    (torch.library.opcheck), channel-last (dim 1) and rows (dim 2)."""
+    x = crandn(3, 40, 4, device=device).requires_grad_()
+    c = decays(3, 40, 4, device=device).requires_grad_()
+    h0 = crandn(*(n for k, n in enumerate(x.shape) if k != dim), device=device, seed=2).requires_grad_()
+    config = (dim, False, 0, 0, 0, 0, 3)
+    torch.library.opcheck(torch.ops.linrec.linrec_fwd.default, (x, c, h0, *config))
+    y = torch.ops.linrec.linrec_fwd(x.detach(), c.detach(), h0.detach(), *config)
+    torch.library.opcheck(torch.ops.linrec.linrec_bwd.default, (torch.randn_like(y), c.detach(), y, h0.detach(), *config))
