@@ -137,13 +137,18 @@ inline KernelChoice select_one_block_per_seq(int64_t seq_len, bool backward, boo
 // slices staged as for real data; complex128 (16-byte elements) with half the
 // threads, so a block's staged slices stay within 64 KB forward. Rows take the
 // chained kernels, staged tiles of 2048 elements (16 KB of complex64 a tensor,
-// as fp32's 32x128). H200, complex64 fwd / fwd+bwd, fraction of copy
-// (scripts/complex_bench.py): (8, 4096, 1024) over dim 1 0.79 / 0.83,
-// (1056, 8192) 0.75 / 0.81, (4, 2^20) 0.56 / 0.64.
+// as fp32's 32x128), and rows shorter than 512 the strided kernels in
+// registers, a lane a sequence: a chained tile is then mostly padding. H100,
+// complex64 rows, µs fwd / fwd+bwd (scripts/complex_bench.py and a sweep of the
+// same timing, one device call each): (13200, 64) chained 122.2 / 298.1,
+// strided 8x128 27.9 / 77.2; (13200, 512) chained 132.4 / 329.4, strided 167.1
+// / 539.6; (13200, 2048) chained 217.8 / 587.7 (0.99 / 0.98 of copy; torch.add
+// 216.3); (1056, 8192) chained 0.86 / 0.90 of copy; (8, 4096, 1024) over dim 1
+// strided 0.87 / 0.93.
 inline KernelChoice select_complex_config(int64_t seq_len, bool seqs_interleaved, int elem_bytes) {
   constexpr AlgoCode kFull = AlgoCode::kBlock;
-  if (!seqs_interleaved) return {KernelKind::kChained, {16, 128, MemCode::kStaged, kFull}};
-  if (seq_len < 256) return {KernelKind::kStrided, {8, 128, MemCode::kDirect, kFull}};
+  if (!seqs_interleaved && seq_len >= 512) return {KernelKind::kChained, {16, 128, MemCode::kStaged, kFull}};
+  if (seq_len < 256 || !seqs_interleaved) return {KernelKind::kStrided, {8, 128, MemCode::kDirect, kFull}};
   return {KernelKind::kStrided, {16, elem_bytes > 8 ? 128 : 256, MemCode::kStaged, kFull}};
 }
 
