@@ -22,7 +22,7 @@ from linrec.impl import cuda
 from linrec._timing import copy_bandwidth_gbs
 from linrec.bench import time_case
 
-SHAPES = [((1056, 8192), -1), ((8, 4096, 1024), 1), ((4, 1 << 20), -1)]
+SHAPES = [((1056, 8192), -1), ((8, 4096, 1024), 1), ((4, 1 << 20), -1), ((13200, 64), -1), ((13200, 512), -1)]
 
 
 def polar(x, c, dim):
