@@ -74,6 +74,13 @@ constexpr auto CHAINED_STAGED_CONFIG_LIST =
            product(std::array{64}, std::array{128}, std::array{MemCode::kStaged}, std::array{AlgoCode::kBlock}));
 constexpr auto CHAINED_CONFIG_LIST = concat(CONFIG_LIST, CHAINED_STAGED_CONFIG_LIST);
 
+// Complex storage (complex64, complex128) takes the tile kernel at the vector
+// configs only: a row that is misaligned or strided loads element by element
+// in the same kernel. The pipe kernel is not compiled for it (longer complex
+// rows take the chained kernels).
+constexpr auto COMPLEX_TILE_CONFIG_LIST =
+    product(std::array{4, 8, 16}, std::array{64, 256}, std::array{MemCode::kVector}, std::array{AlgoCode::kBlock});
+
 // The packed kernels (packed.cuh): sequences of at most 32 * elems_per_thread
 // elements, several to a warp, threads_per_block threads to a block.
 constexpr auto PACKED_CONFIG_LIST = product(std::array{4, 8, 16}, std::array{128, 256},
@@ -132,24 +139,39 @@ inline KernelChoice select_one_block_per_seq(int64_t seq_len, bool backward, boo
   return {KernelKind::kPipe, {16, 64, kVec, kFull}};
 }
 
-// Complex storage (complex64, complex128) is compiled for the ref, strided and
-// staged chained kernels only. Channel-last data takes the strided kernels,
-// slices staged as for real data; complex128 (16-byte elements) with half the
-// threads, so a block's staged slices stay within 64 KB forward. Rows take the
-// chained kernels, staged tiles of 2048 elements (16 KB of complex64 a tensor,
-// as fp32's 32x128), and rows shorter than 512 the strided kernels in
-// registers, a lane a sequence: a chained tile is then mostly padding. H100,
-// complex64 rows, µs fwd / fwd+bwd (scripts/complex_bench.py and a sweep of the
-// same timing, one device call each): (13200, 64) chained 122.2 / 298.1,
-// strided 8x128 27.9 / 77.2; (13200, 512) chained 132.4 / 329.4, strided 167.1
-// / 539.6; (13200, 2048) chained 217.8 / 587.7 (0.99 / 0.98 of copy; torch.add
-// 216.3); (1056, 8192) chained 0.86 / 0.90 of copy; (8, 4096, 1024) over dim 1
-// strided 0.87 / 0.93.
+// Complex storage (complex64, complex128). Channel-last data takes the strided
+// kernels, slices staged as for real data; complex128 (16-byte elements) with
+// half the threads, so a block's staged slices stay within 64 KB forward. Rows
+// take the packed kernels up to 128 elements, the tile kernel up to 1024
+// (complex64: 2047), then the chained kernels (staged tiles of 2048 elements:
+// 16 KB of complex64 a tensor, as fp32's 32x128). H100, 13200 rows, kernel µs
+// fwd / bwd (scripts/config_sweep.py --cold, one device call), complex64 then
+// complex128, against torch.add:
+//   L = 64    packed 4x128 7.0 / 11.1, 14.4 / 26.6 (add 6.6, 13.3)
+//   L = 256   tile 4x64 28.0 / 47.3 (packed 8x128 29.4 / 52.3), 56.2 / 93.3
+//             (packed 82.7 / 148.9) (add 27.8, 55.3)
+//   L = 512   tile 8x64 56.0 / 93.0 (4x256 55.1 / 105.2); complex128 4x256
+//             115.6 / 233.2 (8x64 160.3 / 290.4) (add 54.6, 108.2)
+//   L = 1024  tile 4x256 106.9 / 179.6, 217.0 / 376.3; chained 147.2 / 236.3,
+//             283.7 / 463.9 (add 108.0, 214.7)
+//   L = 2048  chained 216.7 / 368.5, 426.7 / 730.7; tile 8x256 225.5 / 371.1,
+//             628.1 / 1126.7 (add 213.9, 428.0)
+// Longer rows (complex_bench.py): (1056, 8192) chained 0.86 / 0.90 of copy; (8,
+// 4096, 1024) over dim 1 strided 0.87 / 0.93.
 inline KernelChoice select_complex_config(int64_t seq_len, bool seqs_interleaved, int elem_bytes) {
   constexpr AlgoCode kFull = AlgoCode::kBlock;
-  if (!seqs_interleaved && seq_len >= 512) return {KernelKind::kChained, {16, 128, MemCode::kStaged, kFull}};
-  if (seq_len < 256 || !seqs_interleaved) return {KernelKind::kStrided, {8, 128, MemCode::kDirect, kFull}};
-  return {KernelKind::kStrided, {16, elem_bytes > 8 ? 128 : 256, MemCode::kStaged, kFull}};
+  constexpr MemCode kVec = MemCode::kVector;
+  if (seqs_interleaved) {
+    if (seq_len < 256) return {KernelKind::kStrided, {8, 128, MemCode::kDirect, kFull}};
+    return {KernelKind::kStrided, {16, elem_bytes > 8 ? 128 : 256, MemCode::kStaged, kFull}};
+  }
+  const bool c128 = elem_bytes > 8;
+  if (seq_len <= 128) return {KernelKind::kPacked, {4, 128, kVec, kFull}};
+  if (seq_len <= 256) return {KernelKind::kTile, {4, 64, kVec, kFull}};
+  if (seq_len <= 512) return {KernelKind::kTile, {c128 ? 4 : 8, c128 ? 256 : 64, kVec, kFull}};
+  if (seq_len <= 1024) return {KernelKind::kTile, {4, 256, kVec, kFull}};
+  if (seq_len < 2048 && !c128) return {KernelKind::kTile, {8, 256, kVec, kFull}};
+  return {KernelKind::kChained, {16, 128, MemCode::kStaged, kFull}};
 }
 
 inline KernelChoice select_config(int64_t seq_len, int64_t num_seqs, bool seqs_interleaved, bool backward,

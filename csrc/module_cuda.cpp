@@ -28,20 +28,22 @@ PyObject* config_list(const List& configs) {
   return list;
 }
 
-// compiled_configs(family): the configs of a kernel family, "tiled" (tile and
-// pipe), "chained", "strided" or "packed".
+// compiled_configs(kernel, complex=False): the configs of a kernel, "tile", "pipe"
+// (these two share a list), "chained", "strided" or "packed", for real storage or,
+// with `complex`, for complex64 / complex128 (dispatch.h, chained.cuh, tiled.cuh).
 PyObject* compiled_configs(PyObject*, PyObject* args) {
-  const char* family = nullptr;
-  if (!PyArg_ParseTuple(args, "s", &family)) return nullptr;
-  const std::string name(family);
-  if (name != "tiled" && name != "chained" && name != "strided" && name != "packed") {
-    PyErr_SetString(PyExc_ValueError, "family must be 'tiled', 'chained', 'strided' or 'packed'");
-    return nullptr;
-  }
+  const char* kernel = nullptr;
+  int complex = 0;
+  if (!PyArg_ParseTuple(args, "s|p", &kernel, &complex)) return nullptr;
+  const std::string name(kernel);
   if (name == "strided") return config_list(linrec::STRIDED_CONFIG_LIST);
   if (name == "packed") return config_list(linrec::PACKED_CONFIG_LIST);
-  if (name == "chained") return config_list(linrec::CHAINED_CONFIG_LIST);
-  return config_list(linrec::CONFIG_LIST);
+  if (name == "chained")
+    return complex ? config_list(linrec::CHAINED_STAGED_CONFIG_LIST) : config_list(linrec::CHAINED_CONFIG_LIST);
+  if (name == "tile") return complex ? config_list(linrec::COMPLEX_TILE_CONFIG_LIST) : config_list(linrec::CONFIG_LIST);
+  if (name == "pipe") return complex ? PyList_New(0) : config_list(linrec::CONFIG_LIST);
+  PyErr_SetString(PyExc_ValueError, "kernel must be 'tile', 'pipe', 'chained', 'strided' or 'packed'");
+  return nullptr;
 }
 
 // func_attrs(dtype, kind, backward, variant, elems_per_thread, threads_per_block, memcode, algocode);
@@ -68,7 +70,8 @@ PyObject* func_attrs(PyObject*, PyObject* args) {
 
 PyMethodDef methods[] = {
     {"compiled_configs", compiled_configs, METH_VARARGS,
-     "The compiled TileConfigs of a kernel family as (elems_per_thread, threads_per_block, memcode, algocode)."},
+     "The compiled TileConfigs of a kernel, for real or complex storage, as (elems_per_thread, "
+     "threads_per_block, memcode, algocode)."},
     {"func_attrs", func_attrs, METH_VARARGS, "cudaFuncGetAttributes of one compiled kernel."},
     {nullptr, nullptr, 0, nullptr}};
 

@@ -38,16 +38,18 @@ LaunchChoice choose(const KernelArgs& args, int64_t seq_len, int64_t num_seqs, b
     const KernelChoice c = select_complex_config(seq_len, interleaved, dtype == DType::kComplex128 ? 16 : 8);
     return {c.kind, c.config};
   }
-  STD_TORCH_CHECK(!is_complex(dtype) || kind == KernelKind::kRef || kind == KernelKind::kChained ||
-                      kind == KernelKind::kStrided,
-                  "linrec: complex recurrences run on the ref (1), chained (4, staged configs) and strided (5) CUDA "
-                  "kernels only, got kernel ", kernel);
+  STD_TORCH_CHECK(!is_complex(dtype) || kind != KernelKind::kPipe,
+                  "linrec: complex recurrences run on the ref (1), tile (2, vector configs), chained (4, staged "
+                  "configs), strided (5) and packed (6) CUDA kernels; the pipe kernel (3) is not compiled for them");
   if (kind == KernelKind::kAuto) {
     const int elem_bytes = dtype == DType::kFloat64 ? 8 : dtype == DType::kFloat32 ? 4 : 2;
     const KernelChoice c =
         select_config(seq_len, num_seqs, interleaved, backward, elem_bytes, cuda_sm_count(device));
     return {c.kind, c.config};
   }
+  STD_TORCH_CHECK(!is_complex(dtype) || kind != KernelKind::kTile || memcode == 1,
+                  "linrec: complex recurrences take the tile kernel's vector configs only (memcode 1), got memcode ",
+                  memcode);
   STD_TORCH_CHECK(!is_complex(dtype) || kind != KernelKind::kChained || memcode == 3,
                   "linrec: complex recurrences take the chained kernel's staged configs only (memcode 3), got "
                   "memcode ", memcode);

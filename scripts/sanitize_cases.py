@@ -1,6 +1,6 @@
 """A small set of kernel calls for compute-sanitizer (memcheck, racecheck): every
 kernel family (CUDA and Triton), both directions, partial tiles, misaligned views and aligned
-rows, complex storage on the strided, staged chained and ref kernels, fwd and bwd."""
+rows, complex storage on the strided, staged chained, tile, packed and ref kernels, fwd and bwd."""
 
 import torch
 
@@ -74,8 +74,8 @@ for dtype in (torch.float32, torch.bfloat16):
         for fn in (triton.linrec_tile, triton.linrec_pipe):
             leaves = [v.clone().requires_grad_() for v in (x, c, h0)]
             fn(*leaves[:2], reverse, initial=leaves[2]).sum().backward()
-# Complex storage (the strided, staged chained and ref kernels): channel-last, 66 channels and
-# 3; rows of several chained tiles, aligned and misaligned.
+# Complex storage: channel-last, 66 channels and 3; rows of several chained tiles, aligned and
+# misaligned; short rows on the tile and packed kernels.
 for reverse in (False, True):
     xr = torch.randn(3, 9001, device="cuda", dtype=torch.complex64)
     cr = torch.polar(torch.rand(3, 9001, device="cuda") * 0.5 + 0.5, torch.rand(3, 9001, device="cuda") * 6)
@@ -99,5 +99,16 @@ for reverse in (False, True):
         leaves = [v.clone().requires_grad_() for v in inputs]
         y = cuda.linrec_ref(*leaves[:2], reverse, dim=0, initial=leaves[2])
         y.backward(torch.randn_like(y))
+    # Tile and packed: rows at each config's capacity (the aligned-rows kernels) and a misaligned
+    # view just short of it (the general kernels).
+    for fn, kernel, capacity in ((cuda.linrec_tile, "tile", lambda e, t: e * t),
+                                 (cuda.linrec_packed, "packed", lambda e, t: 32 * e)):
+        for e, t, m, a in linrec.compiled_configs(kernel, torch.complex64):
+            n = capacity(e, t)
+            for inputs in ((xr[:, :n], cr[:, :n], hr), (xr[:, 1:n], cr[:, 1:n], hr)):
+                leaves = [v.clone().requires_grad_() for v in inputs]
+                y = fn(*leaves[:2], reverse, initial=leaves[2], elems_per_thread=e, threads_per_block=t,
+                       memcode=m, algocode=a)
+                y.backward(torch.randn_like(y))
 torch.cuda.synchronize()
 print("sanitize cases done")

@@ -285,15 +285,28 @@ def test_complex_inductor_gpu(dim):
         assert rel_err(a, b.to(torch.complex128)) < 1e-6
 
 
-# The compiled op's complex kernels called directly: the CPU kernel, and on CUDA the ref kernel,
-# every staged chained config and every strided config (the CUDA kernels built for complex storage).
+# The compiled op's complex kernels called directly: the CPU kernel, and on CUDA the ref kernel
+# and every config of every family compiled for complex storage (tile, chained, strided, packed).
 def _op_kernels():
     kernels = [("cpu", (0, 0, 0, 0, 3))]
     if torch.cuda.is_available() and linrec._cuda_backend(0) == "cuda":
         kernels += [("cuda", (1, 0, 0, 0, 3))]
-        kernels += [("cuda", (4, *cfg)) for cfg in linrec.compiled_configs("chained") if cfg[2] == 3]
-        kernels += [("cuda", (5, *cfg)) for cfg in linrec.compiled_configs("strided")]
+        for kind, name in ((2, "tile"), (4, "chained"), (5, "strided"), (6, "packed")):
+            kernels += [("cuda", (kind, *cfg)) for cfg in linrec.compiled_configs(name, torch.complex64)]
     return kernels
+
+
+def _op_shape(layout, kernel):
+    """(shape, dim) of a layout. The tile (2) and packed (6) kernels hold a sequence whole, so
+    theirs run at their capacity: a length just short of it (the general kernel: a ragged last
+    vector), or all of it in rows (whole aligned vectors: the aligned-rows kernels)."""
+    kind, e, t = kernel[:3]
+    if kind not in (2, 6):
+        return {"channel_last": ((3, 1100, 40), 1), "rows": ((5, 777), 1), "long_rows": ((2, 9000), 1),
+                "few_channels": ((1, 2300, 3), 1)}[layout]
+    cap = e * t if kind == 2 else 32 * e
+    return {"channel_last": ((3, cap - 1, 40), 1), "rows": ((5, cap - 3), 1), "long_rows": ((6, cap), 1),
+            "few_channels": ((1, cap - 5, 3), 1)}[layout]
 
 
 def _staged_fits(kernel, dtype, backward):
@@ -318,8 +331,8 @@ def _staged_fits(kernel, dtype, backward):
 def test_complex_op_kernels(device, kernel, dtype, tol, layout, reverse):
     """linrec_fwd / linrec_bwd on complex storage against the complex128 loop, outputs poisoned:
     channel-last (B, T, D) over T long enough for several chunks of time, rows, rows of several
-    chained tiles, and 3 channels (lane groups); with an initial state and a zero coefficient (a
-    reset)."""
+    chained tiles (of whole vectors, for tile and packed), and 3 channels (lane groups); with an
+    initial state and a zero coefficient (a reset)."""
     from linrec._ops import call_compiled
 
     if not _staged_fits(kernel, dtype, backward=False):
@@ -329,8 +342,7 @@ def test_complex_op_kernels(device, kernel, dtype, tol, layout, reverse):
         # The refusal leaves no CUDA error behind for the next launch to report as its own.
         assert torch.isfinite(call_compiled(x, 0.5 * x, None, 1, reverse).abs()).all()
         return
-    shape, dim = {"channel_last": ((3, 1100, 40), 1), "rows": ((5, 777), 1), "long_rows": ((2, 9000), 1),
-                  "few_channels": ((1, 2300, 3), 1)}[layout]
+    shape, dim = _op_shape(layout, kernel)
     x = crandn(*shape, device=device, dtype=dtype).requires_grad_()
     c = decays(*shape, device=device, dtype=dtype)
     c.select(dim, 50).zero_()
@@ -355,21 +367,56 @@ def test_complex_op_kernels(device, kernel, dtype, tol, layout, reverse):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("dtype,tol", [(torch.complex64, 5e-6), (torch.complex128, 1e-12)])
+@pytest.mark.parametrize("length", [16, 128, 129, 256, 257, 1024, 1025, 2048, 2049])
+@pytest.mark.parametrize("layout", ["rows", "view"])
+def test_complex_rows_auto(dtype, tol, length, layout):
+    """linrec.linrec on complex rows either side of each length where the rule changes kernels
+    (packed, tile, chained), contiguous (the aligned-rows kernels where the length allows) and as
+    a view with a ragged start: values and gradients against the complex128 loop, outputs poisoned."""
+    n = 300
+    x = crandn(n, length + 1, device="cuda", dtype=dtype)
+    c = decays(n, length + 1, device="cuda", dtype=dtype)
+    x, c = (x[:, 1:], c[:, 1:]) if layout == "view" else (x[:, :-1].contiguous(), c[:, :-1].contiguous())
+    initial = crandn(n, device="cuda", dtype=dtype, seed=3)
+    leaves = [t.detach().requires_grad_() for t in (x, c, initial)]
+    for reverse in (False, True):
+        poison("cuda", 3 * x.numel() * x.element_size())
+        y = linrec.linrec(*leaves[:2], reverse, initial=leaves[2])
+        ref_leaves = [t.detach().cpu().to(torch.complex128).requires_grad_() for t in leaves]
+        y_ref = loop(ref_leaves[0], ref_leaves[1], reverse, initial=ref_leaves[2])
+        assert rel_err(y.detach().cpu(), y_ref) < tol
+        g = crandn(n, length, dtype=dtype, seed=9)
+        poison("cuda", 3 * x.numel() * x.element_size())
+        got = torch.autograd.grad(y, leaves, g.cuda())
+        want = torch.autograd.grad(y_ref, ref_leaves, g.to(torch.complex128))
+        for name, a, b in zip(("d_inputs", "d_coeffs", "d_initial"), got, want):
+            assert rel_err(a.cpu(), b) < tol, name
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_complex_op_other_kernels_raise():
-    """A CUDA kernel family not compiled for complex storage is refused by name."""
+    """The pipe kernel, and configs not compiled for complex storage, are refused by name."""
     if linrec._cuda_backend(0) != "cuda":
         pytest.skip("the compiled CUDA kernels are not loaded")
     from linrec._ops import call_compiled
 
     x = crandn(4, 64, device="cuda", dtype=torch.complex64)
-    with pytest.raises(RuntimeError, match=r"complex recurrences run on the ref \(1\), chained \(4"):
-        call_compiled(x, x, None, 1, False, 2, 8, 64, 1, 3)
+    with pytest.raises(RuntimeError, match=r"the pipe kernel \(3\) is not compiled"):
+        call_compiled(x, x, None, 1, False, 3, 8, 64, 1, 3)
     with pytest.raises(RuntimeError, match="staged configs only"):  # a chained config in registers
         call_compiled(x, x, None, 1, False, 4, 8, 64, 1, 3)
+    with pytest.raises(RuntimeError, match="vector configs only"):  # a tile config of direct loads
+        call_compiled(x, x, None, 1, False, 2, 8, 64, 0, 3)
+    assert linrec.compiled_configs("pipe", torch.complex64) == []
+    assert all(cfg[2] == 1 for cfg in linrec.compiled_configs("tile", torch.complex128))
     from linrec.impl import cuda
 
-    with pytest.raises(ValueError, match="complex64"):  # linrec.impl.cuda names the dtype
-        cuda.linrec_chained(x, x, elems_per_thread=8, threads_per_block=64, memcode=1)
+    for call in (lambda: cuda.linrec_chained(x, x, elems_per_thread=8, threads_per_block=64, memcode=1),
+                 lambda: cuda.linrec_tile(x, x, elems_per_thread=8, threads_per_block=64, memcode=0),
+                 lambda: cuda.linrec_pipe(x, x)):
+        with pytest.raises(ValueError, match="complex64"):  # linrec.impl.cuda names the dtype
+            call()
 
 
 @pytest.mark.parametrize("device", DEVICES)

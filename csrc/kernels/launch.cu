@@ -49,11 +49,15 @@ LINREC_DECLARE_ALL(float)
 LINREC_DECLARE_ALL(double)
 LINREC_DECLARE_ALL(__half)
 LINREC_DECLARE_ALL(__nv_bfloat16)
-// Complex storage: the chained (staged configs) and strided kernels (and ref, instantiated here).
-LINREC_DECLARE_FAMILY(ComplexFloat, launch_chained, chained_func_attrs)
-LINREC_DECLARE_FAMILY(ComplexFloat, launch_strided, strided_func_attrs)
-LINREC_DECLARE_FAMILY(ComplexDouble, launch_chained, chained_func_attrs)
-LINREC_DECLARE_FAMILY(ComplexDouble, launch_strided, strided_func_attrs)
+// Complex storage: every family but pipe (and the ref kernels, instantiated here); the chained
+// kernels at their staged configs, the tile kernel at its vector ones (dispatch.h).
+#define LINREC_DECLARE_COMPLEX(T)                              \
+  LINREC_DECLARE_SCHEDULE(T, Schedule::kOneTile)               \
+  LINREC_DECLARE_FAMILY(T, launch_chained, chained_func_attrs) \
+  LINREC_DECLARE_FAMILY(T, launch_strided, strided_func_attrs) \
+  LINREC_DECLARE_PACKED(T)
+LINREC_DECLARE_COMPLEX(ComplexFloat)
+LINREC_DECLARE_COMPLEX(ComplexDouble)
 
 namespace {
 
@@ -85,13 +89,10 @@ void launch(const Params& p, DType dtype, KernelKind kind, const TileConfig& con
     if (kind == KernelKind::kRef) return launch_ref<T, kBackward>(p, stream);
     if (kind == KernelKind::kChained) return launch_chained<T, kBackward>(p, config, stream);
     if (kind == KernelKind::kStrided) return launch_strided<T, kBackward>(p, config, stream);
-    if constexpr (!kIsComplex<T>) {  // complex storage is compiled for ref, chained and strided only
-      switch (kind) {
-        case KernelKind::kTile: return launch_tiled<T, Schedule::kOneTile, kBackward>(p, config, stream);
-        case KernelKind::kPipe: return launch_tiled<T, Schedule::kPipe, kBackward>(p, config, stream);
-        case KernelKind::kPacked: return launch_packed<T, kBackward>(p, config, stream);
-        default: break;
-      }
+    if (kind == KernelKind::kTile) return launch_tiled<T, Schedule::kOneTile, kBackward>(p, config, stream);
+    if (kind == KernelKind::kPacked) return launch_packed<T, kBackward>(p, config, stream);
+    if constexpr (!kIsComplex<T>) {  // the pipe kernel is not compiled for complex storage
+      if (kind == KernelKind::kPipe) return launch_tiled<T, Schedule::kPipe, kBackward>(p, config, stream);
     }
     throw std::invalid_argument("linrec: no kernel chosen");
   });
@@ -170,14 +171,18 @@ FuncAttrs cuda_func_attrs(DType dtype, KernelKind kind, bool backward, KernelVar
       a = backward ? chained_func_attrs<T, true>(config) : chained_func_attrs<T, false>(config);
       return;
     }
-    if constexpr (!kIsComplex<T>) {  // complex storage is compiled for ref, chained and strided only
-      switch (kind) {
-        case KernelKind::kTile: a = attrs_of<T, Schedule::kOneTile>(backward, variant, config); return;
-        case KernelKind::kPipe: a = attrs_of<T, Schedule::kPipe>(backward, variant, config); return;
-        case KernelKind::kPacked:
-          a = backward ? packed_func_attrs<T, true>(config, variant) : packed_func_attrs<T, false>(config, variant);
-          return;
-        default: break;
+    if (kind == KernelKind::kTile) {
+      a = attrs_of<T, Schedule::kOneTile>(backward, variant, config);
+      return;
+    }
+    if (kind == KernelKind::kPacked) {
+      a = backward ? packed_func_attrs<T, true>(config, variant) : packed_func_attrs<T, false>(config, variant);
+      return;
+    }
+    if constexpr (!kIsComplex<T>) {  // the pipe kernel is not compiled for complex storage
+      if (kind == KernelKind::kPipe) {
+        a = attrs_of<T, Schedule::kPipe>(backward, variant, config);
+        return;
       }
     }
     throw std::invalid_argument("linrec: func_attrs needs a kernel kind compiled for this dtype");

@@ -8,7 +8,8 @@
 // its E elements (scan_thread), the segment combines them with shuffles of that
 // width (scan_warp), and the state before the sequence enters at the segment's
 // first lane. No shared memory and no block barrier. The backward is the fused
-// one of tiled.cuh; its shifted windows never leave the segment (shift_segment).
+// one of tiled.cuh (conjugated for complex storage); its shifted windows never
+// leave the segment (shift_segment).
 //
 // These kernels last a few µs, so what a warp does before its first load shows
 // in their time. When every tensor holds its sequences as rows of whole,
@@ -106,22 +107,24 @@ __global__ void __launch_bounds__(NT) packed_bwd_kernel(const BackwardParams p) 
   Acc gs[E], cs[E];
   load_vector(gs, static_cast<const T*>(p.d_outputs) + off[kBwdDOutputs], es[kBwdDOutputs], first, len, Acc(0));
   load_vector(cs, static_cast<const T*>(p.coeffs) + off[kBwdCoeffs], es[kBwdCoeffs], first, len, Acc(1));
-  Acc first_coeff = Acc(0);  // coeffs[first_step], if this thread holds it
+  Acc first_coeff = Acc(0);  // conj(coeffs[first_step]), if this thread holds it
 #pragma unroll
   for (int i = 0; i < E; ++i)
-    if (first + i == first_step) first_coeff = cs[i];
-  // d_inputs: the scan against the forward direction, coeffs one forward step later.
+    if (first + i == first_step) first_coeff = conj(cs[i]);
+  // d_inputs: the scan against the forward direction, conj(coeffs) one forward step later.
   shift_segment(cs, width, len, Acc(0), /*from_next=*/!fwd_rev);
+#pragma unroll
+  for (int i = 0; i < E; ++i) cs[i] = conj(cs[i]);
   scan_segment(gs, cs, !fwd_rev, width, Acc(0));
   store_vector(static_cast<T*>(p.d_inputs) + off[kBwdDInputs], es[kBwdDInputs], gs, first, len);
-  // d_coeffs = d_inputs * (outputs one forward step earlier, the initial state before the first).
+  // d_coeffs = d_inputs * conj(outputs one forward step earlier, the initial state before the first).
   Acc ys[E];
   load_vector(ys, static_cast<const T*>(p.outputs) + off[kBwdOutputs], es[kBwdOutputs], first, len, Acc(0));
   shift_segment(ys, width, len, initial, /*from_next=*/fwd_rev);
 #pragma unroll
   for (int i = 0; i < E; ++i) {
     if (active && first + i == first_step) static_cast<T*>(p.d_initial)[off[kBwdDInitial]] = from_acc<T>(gs[i] * first_coeff);
-    ys[i] = gs[i] * ys[i];
+    ys[i] = gs[i] * conj(ys[i]);
   }
   store_vector(static_cast<T*>(p.d_coeffs) + off[kBwdDCoeffs], es[kBwdDCoeffs], ys, first, len);
 }
@@ -168,20 +171,22 @@ __global__ void __launch_bounds__(NT) packed_rows_bwd_kernel(const AlignedRows<k
     load_aligned(cs, row_of<const T>(p, kBwdCoeffs, n) + first);
     load_aligned(ys, row_of<const T>(p, kBwdOutputs, n) + first);
   }
-  Acc first_coeff = Acc(0);  // coeffs[first_step], if this thread holds it
+  Acc first_coeff = Acc(0);  // conj(coeffs[first_step]), if this thread holds it
 #pragma unroll
   for (int i = 0; i < E; ++i)
-    if (first + i == first_step) first_coeff = cs[i];
-  // d_inputs: the scan against the forward direction, coeffs one forward step later.
+    if (first + i == first_step) first_coeff = conj(cs[i]);
+  // d_inputs: the scan against the forward direction, conj(coeffs) one forward step later.
   shift_segment(cs, width, len, Acc(0), /*from_next=*/!kFwdRev);
+#pragma unroll
+  for (int i = 0; i < E; ++i) cs[i] = conj(cs[i]);
   scan_segment(gs, cs, !kFwdRev, width, Acc(0));
   if (holds) store_aligned(row_of<T>(p, kBwdDInputs, n) + first, gs);
-  // d_coeffs = d_inputs * (outputs one forward step earlier, the initial state before the first).
+  // d_coeffs = d_inputs * conj(outputs one forward step earlier, the initial state before the first).
   shift_segment(ys, width, len, initial, /*from_next=*/kFwdRev);
 #pragma unroll
   for (int i = 0; i < E; ++i) {
     if (active && first + i == first_step) *row_of<T>(p, kBwdDInitial, n) = from_acc<T>(gs[i] * first_coeff);
-    ys[i] = gs[i] * ys[i];
+    ys[i] = gs[i] * conj(ys[i]);
   }
   if (holds) store_aligned(row_of<T>(p, kBwdDCoeffs, n) + first, ys);
 }

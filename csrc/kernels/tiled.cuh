@@ -10,9 +10,11 @@
 // has a second kernel for sequences stored as aligned rows (rows.cuh).
 //
 // Backward (fused): with "next" meaning one step later in the forward direction,
-//     d_inputs[l]  = coeffs[next(l)] * d_inputs[next(l)] + d_outputs[l]
-//     d_coeffs[l]  = d_inputs[l] * outputs[prev(l)]      (outputs[prev(first)] = initial)
-//     d_initial    = d_inputs[first] * coeffs[first]
+//     d_inputs[l]  = conj(coeffs[next(l)]) * d_inputs[next(l)] + d_outputs[l]
+//     d_coeffs[l]  = d_inputs[l] * conj(outputs[prev(l)])      (outputs[prev(first)] = initial)
+//     d_initial    = d_inputs[first] * conj(coeffs[first])
+// (conj only matters for complex storage, where PyTorch's gradient is the
+// conjugate one; for real storage it is the identity)
 // i.e. the same scan against the forward direction, over d_outputs with the
 // coefficients shifted by one. Reads d_outputs, coeffs, outputs; writes
 // d_inputs, d_coeffs: 5 tensors.
@@ -62,8 +64,9 @@ __device__ __forceinline__ Acc* staging_smem() {
 }
 
 // Backward, before the scan: replaces cs (coeffs of this thread's elements of
-// the tile at `start`) by the coefficients one forward step later, and returns
-// coeffs[first] if this thread holds the forward direction's first step (else 0).
+// the tile at `start`) by the conjugated coefficients one forward step later,
+// and returns conj(coeffs[first]) if this thread holds the forward direction's
+// first step (else 0). conj is the identity for real storage (complex.cuh).
 template <int E, typename T, typename Acc>
 __device__ __forceinline__ Acc shift_bwd_coeffs(Acc (&cs)[E], const T* c, int64_t stride, int64_t start,
                                                 int64_t len, bool fwd_rev) {
@@ -72,16 +75,19 @@ __device__ __forceinline__ Acc shift_bwd_coeffs(Acc (&cs)[E], const T* c, int64_
   Acc first_coeff = Acc(0);
 #pragma unroll
   for (int i = 0; i < E; ++i)
-    if (mine + i == first) first_coeff = cs[i];
+    if (mine + i == first) first_coeff = conj(cs[i]);
   // coeffs one forward step later: from the next position, or the previous one when reversed.
   shift_window(cs, c, stride, start, len, Acc(0), /*from_next=*/!fwd_rev);
+#pragma unroll
+  for (int i = 0; i < E; ++i) cs[i] = conj(cs[i]);
   return first_coeff;
 }
 
 // Backward, after the scan (gs = d_inputs of the tile at `start`, ys = its
 // outputs as load_tile gives them, shifted here in place): d_coeffs =
-// d_inputs * (outputs one forward step earlier, `initial` before the first),
-// and d_initial = d_inputs[first] * coeffs[first] by the thread that holds it.
+// d_inputs * conj(outputs one forward step earlier, `initial` before the first),
+// and d_initial = d_inputs[first] * conj(coeffs[first]) by the thread that holds
+// it (first_coeff, conjugated by shift_bwd_coeffs).
 template <MemCode M, int E, typename T, typename Acc>
 __device__ __forceinline__ void store_bwd_coeffs_of(const Acc (&gs)[E], Acc (&ys)[E], const T* y, int64_t y_stride,
                                                     T* dc, int64_t dc_stride, int64_t start, int64_t len,
@@ -93,7 +99,7 @@ __device__ __forceinline__ void store_bwd_coeffs_of(const Acc (&gs)[E], Acc (&ys
 #pragma unroll
   for (int i = 0; i < E; ++i) {
     if (mine + i == first) *d_initial = from_acc<T>(gs[i] * first_coeff);
-    ys[i] = gs[i] * ys[i];
+    ys[i] = gs[i] * conj(ys[i]);
   }
   store_tile<M>(dc, dc_stride, ys, start, len, smem);
 }
@@ -274,12 +280,19 @@ void allow_dynamic_smem(const std::string& name) {
   }
 }
 
+// The configs compiled for storage T (complex storage: the tile kernel's vector configs).
+template <typename T>
+constexpr auto tiled_config_list() {
+  if constexpr (kIsComplex<T>) return COMPLEX_TILE_CONFIG_LIST;
+  else return CONFIG_LIST;
+}
+
 // Launches the tile or pipe kernel for `config`: one block per sequence. The
 // one-tile forward over aligned rows takes tile_rows_fwd_kernel.
 template <typename T, Schedule S, bool kBackward, typename Params>
 void launch_tiled(const Params& p, const TileConfig& config, cudaStream_t stream) {
   const std::string name = tiled_name(S, kBackward);
-  dispatch_config(config, [&]<TileConfig C>() {
+  dispatch_config<tiled_config_list<T>()>(config, [&]<TileConfig C>() {
     constexpr auto kernel = tiled_kernel<T, C, S, kBackward>();
     constexpr int smem = tiled_dynamic_smem_bytes<acc_t<T>, C>();
     allow_dynamic_smem<kernel, C, smem>(name);
@@ -304,7 +317,7 @@ void launch_tiled(const Params& p, const TileConfig& config, cudaStream_t stream
 template <typename T, Schedule S, bool kBackward>
 cudaFuncAttributes tiled_func_attrs(const TileConfig& config, KernelVariant variant) {
   cudaFuncAttributes attrs{};
-  dispatch_config(config, [&]<TileConfig C>() {
+  dispatch_config<tiled_config_list<T>()>(config, [&]<TileConfig C>() {
     if (variant == KernelVariant::kGeneral) {
       attrs = kernel_attributes(tiled_kernel<T, C, S, kBackward>());
     } else if constexpr (S == Schedule::kOneTile && !kBackward && C.memcode == MemCode::kVector) {

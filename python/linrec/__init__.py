@@ -76,21 +76,26 @@ def build_info() -> dict:
     return info
 
 
-_CONFIG_FAMILIES = {"tile": "tiled", "pipe": "tiled", "chained": "chained", "strided": "strided", "packed": "packed"}
+_CONFIG_KERNELS = ("tile", "pipe", "chained", "strided", "packed")
 
 
-def compiled_configs(kernel: str = "tile") -> list[tuple[int, int, int, int]]:
+def compiled_configs(kernel: str = "tile", dtype: torch.dtype | None = None) -> list[tuple[int, int, int, int]]:
     """The compiled configs of a CUDA kernel as (elems_per_thread, threads_per_block, memcode, algocode).
 
     tile and pipe share one list; chained has those and its staged configs (memcode 3);
-    strided (registers, memcode 0, or staged, memcode 3) and packed have their own.
+    strided (registers, memcode 0, or staged, memcode 3) and packed have their own. With a
+    complex `dtype` (complex64, complex128): the configs compiled for complex storage, which are
+    the tile kernel's vector configs, the chained kernel's staged ones, every strided and packed
+    config, and no pipe config.
     Empty where the CUDA kernels are not loaded (build_info()["cuda_unavailable"] says why).
     """
-    if kernel not in _CONFIG_FAMILIES:
-        raise ValueError(f"linrec: kernel={kernel!r}; expected one of {', '.join(_CONFIG_FAMILIES)}")
+    if kernel not in _CONFIG_KERNELS:
+        raise ValueError(f"linrec: kernel={kernel!r}; expected one of {', '.join(_CONFIG_KERNELS)}")
+    if dtype is not None and not isinstance(dtype, torch.dtype):
+        raise ValueError(f"linrec: dtype must be a torch.dtype or None, got {dtype!r}")
     if not _HAS_CUDA_KERNELS:
         return []
-    return [tuple(c) for c in _C_cuda.compiled_configs(_CONFIG_FAMILIES[kernel])]
+    return [tuple(c) for c in _C_cuda.compiled_configs(kernel, dtype is not None and dtype.is_complex)]
 
 _BACKENDS = ("auto", "cuda", "triton")
 

@@ -15,13 +15,16 @@ op as plain ints, so torch.compile traces these calls like any other.
 - linrec_packed: several short sequences to a warp, each held whole by a
   segment of lanes (at most 32 * elems_per_thread elements).
 
-linrec_ref, linrec_strided and linrec_chained (its staged configs, memcode 3) also
-take complex64 / complex128: the families compiled for complex storage.
+Every family but linrec_pipe also takes complex64 / complex128, at the configs
+linrec.compiled_configs(kernel, dtype) lists for them (tile: the vector configs,
+memcode 1; chained: the staged ones, memcode 3).
 """
 
 from __future__ import annotations
 
 import functools
+
+import torch
 
 from .. import compiled_configs
 from .._args import normalize
@@ -34,13 +37,18 @@ def _check_cuda(inputs):
 
 
 @functools.cache
-def _compiled(kernel):
-    return frozenset(compiled_configs(kernel))
+def _compiled(kernel, complex_storage):
+    return frozenset(compiled_configs(kernel, torch.complex64 if complex_storage else None))
 
 
 def _check_config(kernel, inputs, dim, elems_per_thread, threads_per_block, memcode, algocode):
     config = (elems_per_thread, threads_per_block, memcode, algocode)
-    if config not in _compiled(kernel):
+    if config not in _compiled(kernel, inputs.is_complex()):
+        if inputs.is_complex() and config in _compiled(kernel, False):
+            raise ValueError(
+                f"linrec_{kernel}: config {config} is not compiled for {inputs.dtype}; see "
+                f"linrec.compiled_configs({kernel!r}, {inputs.dtype})"
+            )
         raise ValueError(
             f"linrec_{kernel}: config (elems_per_thread, threads_per_block, memcode, algocode) = {config} "
             f"is not compiled; see linrec.compiled_configs({kernel!r}), or build with LINREC_CONFIGS=full"
@@ -60,7 +68,7 @@ def _check_config(kernel, inputs, dim, elems_per_thread, threads_per_block, memc
 
 def _run_config(kernel, kernel_id, inputs, coeffs, reverse, dim, initial, config):
     """Check the arguments and the config, then run one compiled kernel with it."""
-    complex_ok = kernel == "strided" or (kernel == "chained" and config[2] == 3)
+    complex_ok = kernel != "pipe"  # which configs are compiled for complex storage: _check_config
     inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse, complex_ok=complex_ok)
     _check_cuda(inputs)
     _check_config(kernel, inputs, dim, *config)

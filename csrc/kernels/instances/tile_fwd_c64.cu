@@ -1,0 +1,9 @@
+// Explicit instantiation: tile fwd, ComplexFloat (complex64; the vector configs).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "../tiled.cuh"
+
+namespace linrec {
+LINREC_INSTANTIATE_TILED(ComplexFloat, Schedule::kOneTile, false, ForwardParams)
+}  // namespace linrec
