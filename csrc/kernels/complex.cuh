@@ -1,5 +1,5 @@
 // Complex storage and arithmetic for the kernels that scan complex64 / complex128
-// (the ref, strided and staged chained kernels): a pair (re, im) laid out as torch lays out its
+// (every family but pipe): a pair (re, im) laid out as torch lays out its
 // complex elements, with the operations the scans use, so that the templates
 // written for real accumulators run unchanged. Complex<R> is both the storage
 // type and its own accumulator (acc_t).
