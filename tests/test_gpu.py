@@ -528,6 +528,10 @@ def test_func_attrs_cover_every_kernel():
     # Three rows a packed config: the general kernel and the aligned-rows kernel in each direction.
     packed = [r for r in rows if r["kernel"].startswith("packed") and r["dtype"] == "float32" and not r["backward"]]
     assert len(packed) == 3 * len(PACKED_CONFIGS)
+    # Complex storage: every family but pipe, tile at its vector configs only.
+    complex_kinds = {r["kernel"].split("_")[0] for r in rows if r["dtype"] == "complex128"}
+    assert complex_kinds == {"ref", "tile", "chained", "strided", "packed"}
+    assert all(r["config"][2] == 1 for r in rows if r["kernel"] == "tile" and r["dtype"] == "complex64")
     with pytest.raises(RuntimeError, match="aligned-rows"):
         _C_cuda.func_attrs(0, 4, False, 1, *STAGED_CONFIGS[0])  # chained kernels have no rows variant
     with pytest.raises(ValueError, match="variant"):

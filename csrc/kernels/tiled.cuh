@@ -78,8 +78,10 @@ __device__ __forceinline__ Acc shift_bwd_coeffs(Acc (&cs)[E], const T* c, int64_
     if (mine + i == first) first_coeff = conj(cs[i]);
   // coeffs one forward step later: from the next position, or the previous one when reversed.
   shift_window(cs, c, stride, start, len, Acc(0), /*from_next=*/!fwd_rev);
+  if constexpr (kIsComplex<Acc>) {  // a no-op loop for reals still reordered the pipe backward's PTX
 #pragma unroll
-  for (int i = 0; i < E; ++i) cs[i] = conj(cs[i]);
+    for (int i = 0; i < E; ++i) cs[i] = conj(cs[i]);
+  }
   return first_coeff;
 }
 

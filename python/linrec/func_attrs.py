@@ -9,9 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 
+import torch
+
 import linrec
 
-DTYPES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}
+# DType in csrc/params.h; complex storage has its own config lists (linrec.compiled_configs).
+DTYPES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3, "complex64": 4, "complex128": 5}
 KINDS = {"ref": 1, "tile": 2, "pipe": 3, "chained": 4, "strided": 5, "packed": 6}
 VECTOR = 1  # MemCode::kVector
 # The aligned-rows kernels (csrc/kernels/rows.cuh), launched instead of the general
@@ -31,7 +34,7 @@ def collect():
             rows.append(dict(kernel="ref", dtype=dtype, backward=backward, config=None,
                              **linrec._C_cuda.func_attrs(d, KINDS["ref"], backward, 0, 0, 0, 0, 0)))
             for kind in ("tile", "pipe", "chained", "strided", "packed"):
-                for config in linrec.compiled_configs(kind):
+                for config in linrec.compiled_configs(kind, getattr(torch, dtype)):
                     variants = {"": 0}
                     if has_rows_kernel(kind, backward, config):
                         variants.update(ROWS_VARIANTS)
