@@ -253,6 +253,22 @@ def test_complex_paths_gpu(monkeypatch, path, reverse):
         assert rel_err(a.cpu(), b) < 5e-6, name
 
 
+@pytest.mark.parametrize("device,path", [("cpu", "compiled"), ("cpu", "polar")] + (
+    [("cuda", "compiled"), ("cuda", "triton"), ("cuda", "polar")] if torch.cuda.is_available() else []))
+@pytest.mark.parametrize("reverse", [False, True])
+def test_complex_gradgradcheck(monkeypatch, device, path, reverse):
+    """Second derivatives on every path (create_graph=True), a zero coefficient included."""
+    if path == "compiled" and device == "cuda" and linrec._cuda_backend(0) != "cuda":
+        pytest.skip("the compiled CUDA kernels are not loaded")
+    monkeypatch.setattr(linrec._complex, "_path", lambda x, dim: path)
+    x = crandn(2, 7, device=device).requires_grad_()
+    c = decays(2, 7, device=device)
+    c[0, 2] = 0
+    c.requires_grad_()
+    initial = crandn(2, device=device, seed=6).requires_grad_()
+    assert torch.autograd.gradgradcheck(lambda a, b, d: linrec.linrec(a, b, reverse, initial=d), (x, c, initial))
+
+
 def test_complex_rule(monkeypatch):
     """The compiled op wherever it is loaded (the CPU; CUDA with the compiled kernels); without
     them, Triton for at least as many CUDA sequences as SMs and two real scans for fewer."""

@@ -95,6 +95,58 @@ def test_row_runs_grads_match_reference(reverse, shape, coeffs_layout):
         assert rel_error(g, w) < 1e-12, name
 
 
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("coeff_shape", [(3, 4, 9), (4, 1)], ids=str)
+def test_gradgradcheck(impl, reverse, coeff_shape):
+    """Second derivatives (create_graph=True: gradient penalties, Hessian-vector products) against
+    finite differences of the first, zero coefficients included."""
+    fn = CPU_IMPLS[impl]
+    x = torch.randn(3, 4, 9, dtype=torch.float64, requires_grad=True)
+    c = torch.rand(coeff_shape, dtype=torch.float64) * 0.6 + 0.4
+    c.view(-1)[1] = 0
+    c.requires_grad_()
+    h0 = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradgradcheck(lambda x, c, h0: fn(x, c, reverse, initial=h0), (x, c, h0))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("dim", [0, 2])
+@pytest.mark.parametrize("length", [0, 1, 40])
+def test_double_backward_matches_reference(impl, reverse, dim, length):
+    """A Hessian-vector product (the gradient of <grad, v>) against autograd through the reference
+    loop; the first-order gradients taken with create_graph=True equal those taken without."""
+    shape = [3, 4, 5]
+    shape[dim] = length
+    g = torch.Generator().manual_seed(length + dim)
+    x, w = (torch.randn(shape, dtype=torch.float64, generator=g) for _ in range(2))
+    c = torch.rand(shape, dtype=torch.float64, generator=g) * 0.6 + 0.4
+    h0 = torch.randn(shape[:dim] + shape[dim + 1:], dtype=torch.float64, generator=g)
+    v = [torch.randn(t.shape, dtype=torch.float64, generator=g) for t in (x, c, h0)]
+
+    def hvp(fn):
+        leaves = [t.clone().requires_grad_() for t in (x, c, h0)]
+        y = fn(leaves[0], leaves[1], leaves[2])
+        grads = torch.autograd.grad((y * w).sum(), leaves, create_graph=True, allow_unused=True,
+                                    materialize_grads=True)  # linrec_hop of an empty scan skips initial
+        dot = sum((a * b).sum() for a, b in zip(grads, v))
+        if not dot.requires_grad:  # an empty scan: gradients that depend on nothing
+            return grads, [torch.zeros_like(t) for t in leaves]
+        return grads, torch.autograd.grad(dot, leaves, allow_unused=True, materialize_grads=True)
+
+    grads, got = hvp(lambda x, c, h0: CPU_IMPLS[impl](x, c, reverse, dim=dim, initial=h0))
+    # The reference of an empty scan has no graph; its Hessian is zero.
+    want = hvp(lambda x, c, h0: reference(x, c, reverse, dim, h0))[1] if length else [torch.zeros_like(t) for t in v]
+    leaves = [t.clone().requires_grad_() for t in (x, c, h0)]
+    plain = torch.autograd.grad((CPU_IMPLS[impl](*leaves[:2], reverse, dim=dim, initial=leaves[2]) * w).sum(), leaves,
+                                allow_unused=True, materialize_grads=True)
+    for name, a, b in zip(("inputs", "coeffs", "initial"), got, want):
+        assert rel_error(a, b) < 1e-12, name
+    for a, p in zip(grads, plain):
+        assert rel_error(a.detach(), p) < 1e-15
+
+
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("coeff_shape", [(3, 4, 9), (4, 1), ()], ids=str)
 def test_forward_ad_gradcheck(reverse, coeff_shape):

@@ -42,7 +42,7 @@ import math
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from ._ops import _previous_states, call_compiled
+from ._ops import _previous_states, backward_by_scans, call_compiled
 
 
 def _real_scan(*args, **kwargs):
@@ -108,23 +108,17 @@ class _ComplexLinrec(torch.autograd.Function):
     def backward(ctx, grad):
         coeffs, initial, outputs = ctx.saved_tensors
         dim, reverse = ctx.dim, ctx.reverse
-        if outputs.shape[dim] == 0:
-            d_initial = torch.zeros_like(initial) if ctx.has_initial else None
-            return torch.zeros_like(grad), torch.zeros_like(grad), d_initial, None, None
-        if _path(outputs, dim) == "triton":  # the fused backward kernel
+        if torch.is_grad_enabled():  # create_graph=True: a backward autograd can differentiate again
+            scan = lambda x, c, d, r: _ComplexLinrec.apply(x, c, None, d, r)  # noqa: E731
+        elif outputs.shape[dim] and _path(outputs, dim) == "triton":  # the fused backward kernel
             from .impl.triton_complex import complex_bwd
 
             d_inputs, d_coeffs, d_initial = complex_bwd(grad, coeffs, outputs, initial, dim, reverse)
             return d_inputs, d_coeffs, (d_initial if ctx.has_initial else None), None, None
-        # c[l+1] in scan order is c one step back against it, 0 past the end.
-        next_coeffs = _previous_states(coeffs, None, dim, not reverse).conj()
-        d_inputs = _polar_scan(grad, next_coeffs, None, dim, not reverse)
-        d_coeffs = d_inputs * _previous_states(outputs, initial, dim, reverse).conj()
-        d_initial = None
-        if ctx.has_initial:
-            first = outputs.shape[dim] - 1 if reverse else 0
-            d_initial = coeffs.select(dim, first).conj() * d_inputs.select(dim, first)
-        return d_inputs, d_coeffs, d_initial, None, None
+        else:
+            scan = lambda x, c, d, r: _polar_scan(x, c, None, d, r)  # noqa: E731
+        d_inputs, d_coeffs, d_initial = backward_by_scans(scan, grad, coeffs, outputs, initial, dim, reverse)
+        return d_inputs, d_coeffs, (d_initial if ctx.has_initial else None), None, None
 
 
 class _ComplexLinrecDual(_ComplexLinrec):

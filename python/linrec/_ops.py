@@ -2,7 +2,8 @@
 
 The schemas live in C++ (csrc/ops.cpp). Here: fake kernels, so torch.compile
 traces the ops with no graph break, and autograd, whose backward calls the
-fused backward op; linrec.linrec's calls also get forward-mode AD.
+fused backward op (or, with create_graph=True, a differentiable backward made
+of one more scan); linrec.linrec's calls also get forward-mode AD.
 """
 
 from __future__ import annotations
@@ -44,15 +45,6 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(coeffs, output, initial)
 
 
-def _backward(ctx, d_outputs):
-    coeffs, outputs, initial = ctx.saved_tensors
-    d_inputs, d_coeffs, d_initial = bwd_op(d_outputs, coeffs, outputs, initial, *ctx.config)
-    return d_inputs, d_coeffs, (d_initial if ctx.has_initial else None), *([None] * len(ctx.config))
-
-
-torch.library.register_autograd("linrec::linrec_fwd", _backward, setup_context=_setup_context)
-
-
 def _previous_states(outputs, initial, dim, reverse):
     """The state before each step: outputs shifted one step along the scan, initial (or 0) first."""
     length = outputs.shape[dim]
@@ -63,6 +55,47 @@ def _previous_states(outputs, initial, dim, reverse):
     if reverse:
         return torch.cat([outputs.narrow(dim, 1, length - 1), first], dim)
     return torch.cat([first, outputs.narrow(dim, 0, length - 1)], dim)
+
+
+def backward_by_scans(scan, d_outputs, coeffs, outputs, initial, dim, reverse):
+    """The backward of y[l] = c[l] * y[l-1] + x[l] as one more scan and element-wise products,
+    for a backward that must itself be differentiable (create_graph=True: double backward,
+    Hessian-vector products). With "next" one step later in the scan's direction:
+
+        d_inputs[l] = conj(c[next(l)]) * d_inputs[next(l)] + d_outputs[l]   (the scan against it)
+        d_coeffs[l] = d_inputs[l] * conj(y[l-1])                            (y[-1] = initial, or 0)
+        d_initial   = d_inputs[first] * conj(c[first])
+
+    `scan(inputs, coeffs, dim, reverse)` is a differentiable linrec (the implementation's own), so
+    every order of derivative follows. The fused backward kernels compute the same in one pass;
+    conj is the identity on real tensors. Returns (d_inputs, d_coeffs, d_initial or None)."""
+    length = outputs.shape[dim]
+    if length == 0:
+        d_initial = None if initial is None else torch.zeros_like(initial)
+        return torch.zeros_like(d_outputs), torch.zeros_like(coeffs), d_initial
+    next_coeffs = _previous_states(coeffs, None, dim, not reverse).conj()  # c one step later, 0 past the end
+    d_inputs = scan(d_outputs, next_coeffs, dim, not reverse)
+    d_coeffs = d_inputs * _previous_states(outputs, initial, dim, reverse).conj()
+    d_initial = None
+    if initial is not None:
+        first = length - 1 if reverse else 0
+        d_initial = d_inputs.select(dim, first) * coeffs.select(dim, first).conj()
+    return d_inputs, d_coeffs, d_initial
+
+
+def _backward(ctx, d_outputs):
+    coeffs, outputs, initial = ctx.saved_tensors
+    if torch.is_grad_enabled():  # create_graph=True: a backward autograd can differentiate again
+        dim, _, *kernel = ctx.config
+        d_inputs, d_coeffs, d_initial = backward_by_scans(
+            lambda x, c, d, r: call_compiled(x, c, None, d, r, *kernel), d_outputs, coeffs, outputs, initial,
+            dim % outputs.dim(), ctx.config[1])
+    else:
+        d_inputs, d_coeffs, d_initial = bwd_op(d_outputs, coeffs, outputs, initial, *ctx.config)
+    return d_inputs, d_coeffs, (d_initial if ctx.has_initial else None), *([None] * len(ctx.config))
+
+
+torch.library.register_autograd("linrec::linrec_fwd", _backward, setup_context=_setup_context)
 
 
 class _LinrecFunction(torch.autograd.Function):

@@ -78,6 +78,12 @@ class _HopScan(torch.autograd.Function):
     def backward(ctx, dy):
         c, y, initial = ctx.saved_tensors
         dim, reverse = ctx.dim, ctx.reverse
+        if torch.is_grad_enabled():  # create_graph=True: a backward autograd can differentiate again
+            from .._ops import backward_by_scans
+
+            grads = backward_by_scans(lambda x, cs, d, r: _HopScan.apply(x, cs, None, d, r), dy, c, y, initial,
+                                      dim, reverse)
+            return *grads, None, None
         if y.shape[dim] == 0:
             d_init = None if initial is None else torch.zeros_like(initial)
             return torch.zeros_like(dy), torch.zeros_like(c), d_init, None, None

@@ -29,6 +29,7 @@ import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
 from .._args import normalize
+from .._ops import backward_by_scans
 
 MAX_TILE = 16384
 
@@ -228,7 +229,13 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, d_outputs):
     coeffs, outputs, initial = ctx.saved_tensors
-    d_inputs, d_coeffs, d_initial = triton_bwd(d_outputs, coeffs, outputs, initial, *ctx.config)
+    if torch.is_grad_enabled():  # create_graph=True: a backward autograd can differentiate again
+        dim, _, pipe = ctx.config
+        d_inputs, d_coeffs, d_initial = backward_by_scans(
+            lambda x, c, d, r: triton_fwd(x, c, None, d, r, pipe), d_outputs, coeffs, outputs, initial,
+            dim % outputs.dim(), ctx.config[1])
+    else:
+        d_inputs, d_coeffs, d_initial = triton_bwd(d_outputs, coeffs, outputs, initial, *ctx.config)
     return d_inputs, d_coeffs, (d_initial if ctx.has_initial else None), None, None, None
 
 
