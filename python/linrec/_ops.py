@@ -136,13 +136,66 @@ class _LinrecDualFunction(_LinrecFunction):
         return fwd_op(steps, coeffs, d_initial, *ctx.config)  # differentiable again (forward-over-reverse)
 
 
+class _LinrecTransformable(torch.autograd.Function):
+    """The same Function for calls under torch.func transforms (grad, vmap, jacrev, jacfwd,
+    hessian, functional_call's gradients), which take an autograd.Function only in its
+    setup_context form and with a vmap rule. That form costs host time on every call (see
+    _LinrecFunction), so linrec.linrec takes it only while a transform is active. Its vmap rule
+    is generated: the forward, backward and jvp run under vmap, where the ops' own vmap rules
+    (below) scan the batch as more sequences."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(inputs, coeffs, initial, *config):
+        return fwd_op_no_autograd(inputs, coeffs, initial, *config)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _setup_context(ctx, inputs, output)
+        ctx.save_for_forward(inputs[1], output, inputs[2])
+
+    backward = staticmethod(_backward)
+    jvp = staticmethod(_LinrecDualFunction.jvp)
+
+
+def _batch_first(t, in_dim, batch):
+    """t with vmap's batch dim first; one without a batch dim is expanded to it (no copy)."""
+    if t is None:
+        return None
+    return t.movedim(in_dim, 0) if in_dim is not None else t.expand(batch, *t.shape)
+
+
+def _fwd_vmap(op):
+    """The vmap rule of a forward op: the batch becomes one more sequence dim, in front."""
+    def rule(info, in_dims, inputs, coeffs, initial, dim, reverse, *kernel):
+        per_sample_dims = inputs.dim() - (in_dims[0] is not None)
+        x, c, h = (_batch_first(t, d, info.batch_size) for t, d in zip((inputs, coeffs, initial), in_dims))
+        return op(x, c, h, dim % per_sample_dims + 1, reverse, *kernel), 0
+    return rule
+
+
+def _bwd_vmap(info, in_dims, d_outputs, coeffs, outputs, initial, dim, reverse, *kernel):
+    per_sample_dims = d_outputs.dim() - (in_dims[0] is not None)
+    g, c, y, h = (_batch_first(t, d, info.batch_size) for t, d in zip((d_outputs, coeffs, outputs, initial), in_dims))
+    return bwd_op(g, c, y, h, dim % per_sample_dims + 1, reverse, *kernel), (0, 0, 0)
+
+
+torch.library.register_vmap("linrec::linrec_fwd", _fwd_vmap(fwd_op))
+torch.library.register_vmap("linrec::_linrec_fwd", _fwd_vmap(fwd_op_no_autograd))
+torch.library.register_vmap("linrec::linrec_bwd", _bwd_vmap)
+
+
 def _autograd_function(inputs, coeffs, initial):
     """The Function that differentiates this call, or None when neither mode of AD needs one."""
     tensors = (inputs, coeffs) if initial is None else (inputs, coeffs, initial)
     # Dual tensors carry tangents whatever the grad mode; outside a dual level unpack_dual
     # returns at once. Compiled code takes the reverse-mode Function only.
-    if not torch.compiler.is_compiling() and any(fwAD.unpack_dual(t).tangent is not None for t in tensors):
-        return _LinrecDualFunction
+    if not torch.compiler.is_compiling():
+        if torch._C._are_functorch_transforms_active():
+            return _LinrecTransformable
+        if any(fwAD.unpack_dual(t).tangent is not None for t in tensors):
+            return _LinrecDualFunction
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return _LinrecFunction
     return None
