@@ -269,6 +269,18 @@ def test_complex_gradgradcheck(monkeypatch, device, path, reverse):
     assert torch.autograd.gradgradcheck(lambda a, b, d: linrec.linrec(a, b, reverse, initial=d), (x, c, initial))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_complex_torch_func(device):
+    """torch.func on the compiled op's complex path: vmap, and grad of a real loss in coeffs."""
+    if device == "cuda" and linrec._cuda_backend(0) != "cuda":
+        pytest.skip("the compiled CUDA kernels are not loaded")
+    x, c = crandn(4, 3, 20, device=device), decays(4, 3, 20, device=device)
+    assert rel_err(torch.func.vmap(linrec.linrec)(x, c), loop(x, c)) < 1e-12
+    got = torch.func.grad(lambda b: linrec.linrec(x, b).abs().pow(2).sum())(c)
+    want = torch.func.grad(lambda b: loop(x, b).abs().pow(2).sum())(c)
+    assert rel_err(got, want) < 1e-12
+
+
 def test_complex_rule(monkeypatch):
     """The compiled op wherever it is loaded (the CPU; CUDA with the compiled kernels); without
     them, Triton for at least as many CUDA sequences as SMs and two real scans for fewer."""
