@@ -281,6 +281,17 @@ def test_complex_torch_func(device):
     assert rel_err(got, want) < 1e-12
 
 
+@pytest.mark.parametrize("path", ["polar", "triton"])
+def test_complex_torch_func_fallbacks_raise(monkeypatch, path):
+    """The fallback paths do not support torch.func: a NotImplementedError naming the path."""
+    monkeypatch.setattr(linrec._complex, "_path", lambda x, dim: path)
+    device = TRITON_DEVICE if path == "triton" else "cpu"
+    x, c = crandn(4, 3, 20, device=device), decays(4, 3, 20, device=device)
+    with pytest.raises(NotImplementedError, match="torch.func transforms .* run on the compiled kernels only"):
+        torch.func.grad(lambda b: linrec.linrec(x, b).abs().pow(2).sum())(c)
+    assert rel_err(linrec.linrec(x, c), loop(x, c)) < 1e-12  # outside a transform the path runs
+
+
 def test_complex_rule(monkeypatch):
     """The compiled op wherever it is loaded (the CPU; CUDA with the compiled kernels); without
     them, Triton for at least as many CUDA sequences as SMs and two real scans for fewer."""

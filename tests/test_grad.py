@@ -247,3 +247,13 @@ def test_torch_func_transforms(device, transform):
     got, want = cases[transform](ours), cases[transform](theirs)
     for a, b in zip(*(t if isinstance(t, tuple) else (t,) for t in (got, want))):
         assert rel_error(a, b) < 1e-12
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_torch_func_on_triton_raises(monkeypatch):
+    """The Triton fallback does not support torch.func: a NotImplementedError naming it."""
+    monkeypatch.setattr(linrec, "_cuda_backend", lambda index: "triton")
+    x = torch.randn(4, 20, dtype=torch.float64, device="cuda")
+    c = torch.rand(4, 20, dtype=torch.float64, device="cuda")
+    with pytest.raises(NotImplementedError, match="this call takes the Triton kernels"):
+        torch.func.grad(lambda b: linrec.linrec(x, b).sum())(c)

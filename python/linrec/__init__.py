@@ -24,7 +24,7 @@ except ImportError as _error:
     ) from _error
 from ._args import normalize
 from ._complex import linrec_complex
-from ._ops import call_compiled
+from ._ops import call_compiled, refuse_torch_func
 from ._version import __version__
 
 
@@ -185,5 +185,6 @@ def linrec(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
     if inputs.is_cuda and _cuda_backend(inputs.device.index or 0) == "triton":
         from .impl.triton import triton_fwd
 
+        refuse_torch_func("the Triton kernels (no compiled kernels for this GPU, or LINREC_BACKEND=triton)")
         return triton_fwd(inputs, coeffs, initial, dim, bool(reverse), True)
     return call_compiled(inputs, coeffs, initial, dim, reverse)

@@ -42,7 +42,7 @@ import math
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from ._ops import _previous_states, backward_by_scans, call_compiled
+from ._ops import _previous_states, backward_by_scans, call_compiled, refuse_torch_func
 
 
 def _real_scan(*args, **kwargs):
@@ -143,8 +143,10 @@ class _ComplexLinrecDual(_ComplexLinrec):
 
 def linrec_complex(inputs, coeffs, initial, dim: int, reverse: bool) -> torch.Tensor:
     """The recurrence for complex64 / complex128 arguments, normalized as by _args.normalize."""
-    if _path(inputs, dim) == "compiled":
+    path = _path(inputs, dim)
+    if path == "compiled":
         return call_compiled(inputs, coeffs, initial, dim, reverse)
+    refuse_torch_func("the Triton complex kernels" if path == "triton" else "two real scans (no compiled kernels)")
     tensors = (inputs, coeffs) if initial is None else (inputs, coeffs, initial)
     dual = not torch.compiler.is_compiling() and any(fwAD.unpack_dual(t).tangent is not None for t in tensors)
     return (_ComplexLinrecDual if dual else _ComplexLinrec).apply(inputs, coeffs, initial, dim, bool(reverse))

@@ -186,6 +186,16 @@ torch.library.register_vmap("linrec::_linrec_fwd", _fwd_vmap(fwd_op_no_autograd)
 torch.library.register_vmap("linrec::linrec_bwd", _bwd_vmap)
 
 
+def refuse_torch_func(path: str) -> None:
+    """Raise a clear error under torch.func transforms on a path that does not support them (the
+    Triton fallbacks, whose autograd is not in the form the transforms take)."""
+    if not torch.compiler.is_compiling() and torch._C._are_functorch_transforms_active():
+        raise NotImplementedError(
+            f"linrec: torch.func transforms (vmap, grad, jacrev, ...) run on the compiled kernels only, "
+            f"and this call takes {path}; they work on CPU tensors and on CUDA devices the build has "
+            "kernels for (linrec.build_info())")
+
+
 def _autograd_function(inputs, coeffs, initial):
     """The Function that differentiates this call, or None when neither mode of AD needs one."""
     tensors = (inputs, coeffs) if initial is None else (inputs, coeffs, initial)
