@@ -420,7 +420,8 @@ def test_complex_rows_auto(dtype, tol, length, layout):
     x, c = (x[:, 1:], c[:, 1:]) if layout == "view" else (x[:, :-1].contiguous(), c[:, :-1].contiguous())
     if layout == "row coeffs":
         # |c| <= 0.99: a row's one coefficient near 1 would carry float32 rounding over its whole
-        # length. d_coeffs is then a sum over the row, in the storage dtype: 10x the tolerance.
+        # length. d_coeffs is then a sum over the row, in the storage dtype: 10x the tolerance
+        # (H100, complex64, 2049 steps, before the 0.99: d_coeffs 5.2e-6, outputs up to 1.2e-5).
         c = 0.99 * c[:, :1].contiguous()
         tol *= 10
     initial = crandn(n, device="cuda", dtype=dtype, seed=3)

@@ -54,18 +54,6 @@ def _fold_initial(x, c, initial, dim, reverse):
     return torch.cat([head, x.narrow(dim, 1, n - 1)], dim)
 
 
-def _shift(t, dim, forward, fill):
-    """t moved one step along dim: forward=True gives out[l] = t[l-1], out[0] = fill."""
-    n = t.shape[dim]
-    if n == 0:
-        return t
-    fill = fill.unsqueeze(dim) if isinstance(fill, torch.Tensor) else torch.full_like(t.narrow(dim, 0, 1), fill)
-    fill = fill.expand_as(t.narrow(dim, 0, 1))
-    if forward:
-        return torch.cat([fill, t.narrow(dim, 0, n - 1)], dim)
-    return torch.cat([t.narrow(dim, 1, n - 1), fill], dim)
-
-
 class _HopScan(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, c, initial, dim, reverse):
@@ -76,28 +64,14 @@ class _HopScan(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
-        c, y, initial = ctx.saved_tensors
-        dim, reverse = ctx.dim, ctx.reverse
-        if torch.is_grad_enabled():  # create_graph=True: a backward autograd can differentiate again
-            from .._ops import backward_by_scans
+        from .._ops import backward_by_scans
 
-            grads = backward_by_scans(lambda x, cs, d, r: _HopScan.apply(x, cs, None, d, r), dy, c, y, initial,
-                                      dim, reverse)
-            return *grads, None, None
-        if y.shape[dim] == 0:
-            d_init = None if initial is None else torch.zeros_like(initial)
-            return torch.zeros_like(dy), torch.zeros_like(c), d_init, None, None
-        # d_inputs: the recurrence against the forward direction, coeffs one step later.
-        c_next = _shift(c, dim, forward=reverse, fill=0.0)
-        dx = _scan(dy.contiguous(), c_next, dim, not reverse)
-        init = torch.zeros_like(y.select(dim, 0)) if initial is None else initial
-        y_prev = _shift(y, dim, forward=not reverse, fill=init)
-        dc = dx * y_prev
-        d_init = None
-        if initial is not None:
-            first = y.shape[dim] - 1 if reverse else 0
-            d_init = dx.select(dim, first) * c.select(dim, first)
-        return dx, dc, d_init, None, None
+        c, y, initial = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph=True: a backward autograd can differentiate again
+            scan = lambda x, cs, d, r: _HopScan.apply(x, cs, None, d, r)  # noqa: E731
+        else:
+            scan = lambda x, cs, d, r: _scan(x.contiguous(), cs, d, r)  # noqa: E731
+        return *backward_by_scans(scan, dy, c, y, initial, ctx.dim, ctx.reverse), None, None
 
 
 def linrec_hop(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
