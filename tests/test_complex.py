@@ -279,6 +279,10 @@ def test_complex_torch_func(device):
     got = torch.func.grad(lambda b: linrec.linrec(x, b).abs().pow(2).sum())(c)
     want = torch.func.grad(lambda b: loop(x, b).abs().pow(2).sum())(c)
     assert rel_err(got, want) < 1e-12
+    torch._dynamo.reset()  # and inside torch.compile, where the transform runs eagerly
+    compiled = torch.compile(torch.func.grad(lambda a, b: linrec.linrec(a, b).abs().pow(2).sum(), argnums=1),
+                             backend="aot_eager")
+    assert rel_err(compiled(x, c), want) < 1e-12
 
 
 @pytest.mark.parametrize("path", ["polar", "triton"])

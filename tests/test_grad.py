@@ -1,5 +1,7 @@
 """Gradients: gradcheck in float64, and the analytic gradients against autograd through the reference."""
 
+import functools
+
 import pytest
 import torch
 
@@ -214,39 +216,116 @@ def test_bf16_training_step():
 TRANSFORM_DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and linrec.build_info()["cuda"] else [])
 
 
-@pytest.mark.parametrize("device", TRANSFORM_DEVICES)
-@pytest.mark.parametrize("transform", ["vmap", "vmap_in_dims", "grad", "jacrev", "jacfwd", "jvp", "hessian",
-                                       "per_sample_grad"])
-def test_torch_func_transforms(device, transform):
-    """linrec.linrec under torch.func transforms against the same transform of the reference
-    loop: vmap (batched, and over a dim that is not the first, with unbatched coeffs), grad,
-    jacrev, jacfwd, jvp, hessian and vmap(grad) per-sample gradients."""
+TRANSFORMS = ["vmap", "vmap_in_dims", "grad", "jacrev", "jacfwd", "jvp", "hessian", "per_sample_grad"]
+
+
+def torch_func_case(device, transform, fn):
+    """(ours, theirs, inputs): the torch.func `transform` of `fn` (linrec.linrec's signature) and
+    of the reference loop, as functions of the float64 tensors `inputs` (x, c, h)."""
     func = torch.func
     g = torch.Generator().manual_seed(7)
-    x = torch.randn(4, 3, 20, dtype=torch.float64, generator=g).to(device)
-    c = (torch.rand(4, 3, 20, dtype=torch.float64, generator=g) * 0.5 + 0.5).to(device)
-    h = torch.randn(4, 3, dtype=torch.float64, generator=g).to(device)
+    inputs = (torch.randn(4, 3, 20, dtype=torch.float64, generator=g).to(device),
+              (torch.rand(4, 3, 20, dtype=torch.float64, generator=g) * 0.5 + 0.5).to(device),
+              torch.randn(4, 3, dtype=torch.float64, generator=g).to(device))
     cases = {
-        "vmap": lambda f: func.vmap(f)(x, c, h),
-        "vmap_in_dims": lambda f: func.vmap(lambda a, b, s: f(a, b, s, dim=0, reverse=True),
-                                            in_dims=(2, None, None))(x, c[..., 0], h[0]),
-        "grad": lambda f: func.grad(lambda a, b, s: f(a, b, s).pow(2).sum(), argnums=(0, 1, 2))(x, c, h),
-        "jacrev": lambda f: func.jacrev(lambda b: f(x[0, 0], b, h[0, 0]))(c[0, 0]),
-        "jacfwd": lambda f: func.jacfwd(lambda s: f(x[0], c[0], s))(h[0]),
-        "jvp": lambda f: func.jvp(lambda a, b: f(a, b, h), (x, c), (c, x))[1],
-        "hessian": lambda f: func.hessian(lambda b: f(x[0, 0], b, h[0, 0]).pow(3).sum())(c[0, 0]),
-        "per_sample_grad": lambda f: func.vmap(func.grad(lambda a, b: f(a, b, None).pow(2).sum(), argnums=1))(x, c),
+        "vmap": lambda f, x, c, h: func.vmap(f)(x, c, h),
+        "vmap_in_dims": lambda f, x, c, h: func.vmap(lambda a, b, s: f(a, b, s, dim=0, reverse=True),
+                                                     in_dims=(2, None, None))(x, c[..., 0], h[0]),
+        "grad": lambda f, x, c, h: func.grad(lambda a, b, s: f(a, b, s).pow(2).sum(), argnums=(0, 1, 2))(x, c, h),
+        "jacrev": lambda f, x, c, h: func.jacrev(lambda b: f(x[0, 0], b, h[0, 0]))(c[0, 0]),
+        "jacfwd": lambda f, x, c, h: func.jacfwd(lambda s: f(x[0], c[0], s))(h[0]),
+        "jvp": lambda f, x, c, h: func.jvp(lambda a, b: f(a, b, h), (x, c), (c, x))[1],
+        "hessian": lambda f, x, c, h: func.hessian(lambda b: f(x[0, 0], b, h[0, 0]).pow(3).sum())(c[0, 0]),
+        "per_sample_grad": lambda f, x, c, h: func.vmap(
+            func.grad(lambda a, b: f(a, b, None).pow(2).sum(), argnums=1))(x, c),
     }
 
     def ours(a, b, s, dim=-1, reverse=False):
-        return linrec.linrec(a, b, reverse, dim=dim, initial=s)
+        return fn(a, b, reverse, dim=dim, initial=s)
 
     def theirs(a, b, s, dim=-1, reverse=False):
         return reference(a, b, reverse, dim, s)
 
-    got, want = cases[transform](ours), cases[transform](theirs)
-    for a, b in zip(*(t if isinstance(t, tuple) else (t,) for t in (got, want))):
-        assert rel_error(a, b) < 1e-12
+    case = cases[transform]
+    return (lambda *xs: case(ours, *xs)), (lambda *xs: case(theirs, *xs)), inputs
+
+
+def assert_same_results(got, want, tol):
+    got, want = (t if isinstance(t, tuple) else (t,) for t in (got, want))
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert rel_error(a, b) < tol
+
+
+@pytest.mark.parametrize("device", TRANSFORM_DEVICES)
+@pytest.mark.parametrize("transform", TRANSFORMS)
+def test_torch_func_transforms(device, transform):
+    """linrec.linrec under torch.func transforms against the same transform of the reference
+    loop: vmap (batched, and over a dim that is not the first, with unbatched coeffs), grad,
+    jacrev, jacfwd, jvp, hessian and vmap(grad) per-sample gradients."""
+    ours, theirs, inputs = torch_func_case(device, transform, linrec.linrec)
+    assert_same_results(ours(*inputs), theirs(*inputs), 1e-12)
+
+
+@pytest.mark.parametrize("device", TRANSFORM_DEVICES)
+@pytest.mark.parametrize("transform", TRANSFORMS)
+def test_torch_func_inside_compile(device, transform):
+    """torch.compile around a torch.func transform of linrec.linrec: the same results as the
+    reference's transform. (Traced by Dynamo, the calls had no autograd, and grad, jacrev,
+    jacfwd and hessian returned zeros; linrec now breaks the graph there and the transform runs
+    eagerly.)"""
+    torch._dynamo.reset()
+    ours, theirs, inputs = torch_func_case(device, transform, linrec.linrec)
+    assert_same_results(torch.compile(ours, backend="aot_eager")(*inputs), theirs(*inputs), 1e-12)
+
+
+@pytest.mark.parametrize("device", TRANSFORM_DEVICES)
+@pytest.mark.parametrize("transform", ["grad", "jacrev", "per_sample_grad"])
+@pytest.mark.parametrize("with_initial", [False, True])
+def test_compiled_torch_func_transform(device, transform, with_initial):
+    """torch.compile of a transformed function itself, torch.compile(torch.func.grad(f)): the
+    form in which Dynamo's trace returned zero gradients."""
+    _, _, (x, c, h) = torch_func_case(device, "grad", linrec.linrec)
+    func = torch.func
+    argnums = (0, 1, 2) if with_initial else (0, 1)
+    transforms = {
+        "grad": lambda f: func.grad(lambda a, b, s: f(a, b, False, -1, s).pow(2).sum(), argnums=argnums),
+        "jacrev": lambda f: func.jacrev(lambda a, b, s: f(a, b, False, -1, s), argnums=argnums),
+        "per_sample_grad": lambda f: func.vmap(func.grad(lambda a, b, s: f(a, b, True, -1, s).pow(2).sum(),
+                                                         argnums=argnums), in_dims=(0, 0, 0 if with_initial else None)),
+    }
+    rows = (x[0], c[0], h[0]) if transform == "jacrev" else (x, c, h)
+    if not with_initial:
+        rows = (*rows[:2], None)
+    ours = transforms[transform](lambda a, b, r, d, s: linrec.linrec(a, b, r, dim=d, initial=s))
+    got = torch.compile(ours, backend="aot_eager")(*rows)
+    assert_same_results(got, transforms[transform](reference)(*rows), 1e-12)
+
+
+@pytest.mark.skipif("cuda" not in TRANSFORM_DEVICES, reason="needs a GPU and the compiled CUDA kernels")
+@pytest.mark.parametrize("kernel", ["linrec_tile", "linrec_pipe", "linrec_chained", "linrec_packed"])
+def test_compiled_torch_func_on_kernel_functions(kernel):
+    """The per-kernel functions of linrec.impl.cuda under torch.compile(torch.func.grad(...))."""
+    import linrec.impl.cuda
+
+    fn = getattr(linrec.impl.cuda, kernel)
+    config = dict(zip(("elems_per_thread", "threads_per_block", "memcode", "algocode"),
+                      linrec.compiled_configs(kernel.removeprefix("linrec_"))[0]))
+    _, _, (x, c, h) = torch_func_case("cuda", "grad", linrec.linrec)
+    loss = lambda f: lambda a, b, s: f(a, b, True, dim=-1, initial=s).pow(2).sum()  # noqa: E731
+    got = torch.compile(torch.func.grad(loss(functools.partial(fn, **config)), argnums=(0, 1, 2)),
+                        backend="aot_eager")(x, c, h)
+    want = torch.func.grad(loss(lambda a, b, r, dim, initial: reference(a, b, r, dim, initial)),
+                           argnums=(0, 1, 2))(x, c, h)
+    assert_same_results(got, want, 1e-12)
+
+
+def test_torch_func_inside_compile_fullgraph_raises():
+    """With fullgraph=True that graph break is Dynamo's error, and it names linrec's reason."""
+    torch._dynamo.reset()
+    ours, _, inputs = torch_func_case("cpu", "grad", linrec.linrec)
+    with pytest.raises(Exception, match="linrec runs eagerly under torch.func transforms inside torch.compile"):
+        torch.compile(ours, backend="aot_eager", fullgraph=True)(*inputs)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")

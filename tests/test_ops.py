@@ -144,6 +144,10 @@ BAD_INPUTS = [
     ("reverse string", dict(inputs=X, coeffs=0.5, reverse="yes"), "reverse must be a bool"),
     ("reverse None", dict(inputs=X, coeffs=0.5, reverse=None), "reverse must be a bool"),
     ("reverse 2", dict(inputs=X, coeffs=0.5, reverse=2), "reverse must be a bool"),
+    ("sparse inputs", dict(inputs=X.to_sparse(), coeffs=0.5), "inputs must be a dense tensor"),
+    ("sparse coeffs", dict(inputs=X, coeffs=torch.rand(2, 3, 5).to_sparse()), "coeffs must be a dense tensor"),
+    ("sparse initial", dict(inputs=X, coeffs=0.5, initial=torch.rand(2, 3).to_sparse()),
+     "initial must be a dense tensor"),
 ]
 
 

@@ -17,6 +17,10 @@ COMPLEX_DTYPES = (torch.complex64, torch.complex128)  # linrec.linrec and linrec
 
 
 def _check_dtype(name: str, t: torch.Tensor, complex_ok: bool = False) -> None:
+    """A supported dtype, in a dense (strided) tensor: sparse and nested tensors raise here, not in
+    the dispatcher."""
+    if t.layout != torch.strided:
+        raise ValueError(f"linrec: {name} must be a dense tensor, got layout {t.layout}")
     if t.dtype in SUPPORTED_DTYPES or (complex_ok and t.dtype in COMPLEX_DTYPES):
         return
     expected = "float32, float64, float16, bfloat16" + (", complex64, complex128" if complex_ok else "")
@@ -83,7 +87,7 @@ def normalize(inputs, coeffs, initial, dim: int, reverse=False, complex_ok=False
     dim = dim % inputs.dim()
 
     if (initial is None and isinstance(coeffs, torch.Tensor) and coeffs.shape == inputs.shape
-            and coeffs.dtype == inputs.dtype and coeffs.device == inputs.device):
+            and coeffs.dtype == inputs.dtype and coeffs.device == inputs.device and coeffs.layout == torch.strided):
         return inputs, coeffs, None, dim  # the common case, checked in a few microseconds
 
     coeffs = _as_tensor("coeffs", coeffs, inputs)

@@ -8,6 +8,8 @@ of one more scan); linrec.linrec's calls also get forward-mode AD.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.autograd.forward_ad as fwAD
 
@@ -194,6 +196,39 @@ def refuse_torch_func(path: str) -> None:
             f"linrec: torch.func transforms (vmap, grad, jacrev, ...) run on the compiled kernels only, "
             f"and this call takes {path}; they work on CPU tensors and on CUDA devices the build has "
             "kernels for (linrec.build_info())")
+
+
+def traced_in_torch_func() -> bool:
+    """Whether torch.compile is tracing this call inside a torch.func transform."""
+    return torch.compiler.is_compiling() and torch._C._are_functorch_transforms_active()
+
+
+_EAGER_IN_TORCH_FUNC = (
+    "linrec runs eagerly under torch.func transforms inside torch.compile: Dynamo traces the transform "
+    "itself and does not see linrec's autograd there (grad, jacrev, jacfwd and hessian came back zero)")
+
+
+def eager_in_torch_func(fn):
+    """fn, called outside the graph when torch.compile traces it inside a torch.func transform.
+
+    Dynamo traces grad, vmap, jacrev, ... by running them over its own tensors, on which
+    requires_grad reads False, and it does not take a setup_context Function there: traced, a
+    linrec call came out without autograd, and torch.compile(torch.func.grad(f)) returned zero
+    gradients (torch 2.14). A call outside the graph breaks it, so the transform runs eagerly,
+    where linrec's setup_context Function and vmap rules handle it; with fullgraph=True Dynamo
+    raises, naming this reason."""
+    eager = outside_graph(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return eager(*args, **kwargs) if traced_in_torch_func() else fn(*args, **kwargs)
+
+    return wrapper
+
+
+def outside_graph(fn):
+    """fn as a call torch.compile does not trace (a graph break), giving eager_in_torch_func's reason."""
+    return torch.compiler.disable(fn, reason=_EAGER_IN_TORCH_FUNC)
 
 
 def _autograd_function(inputs, coeffs, initial):
