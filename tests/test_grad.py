@@ -267,13 +267,24 @@ def test_torch_func_transforms(device, transform):
     assert_same_results(ours(*inputs), theirs(*inputs), 1e-12)
 
 
+# torch 2.11 (not 2.13 or 2.14): torch.compile(torch.func.jacrev(f)) returns zeros whenever f breaks
+# the graph, as linrec's call does there; a torch.compiler.disable'd `a * b` shows the same.
+JACREV_GRAPH_BREAK_BUG = tuple(int(v) for v in torch.__version__.split(".")[:2]) < (2, 13)
+
+
+def xfail_jacrev_on_old_torch(request, transform):
+    if transform == "jacrev" and JACREV_GRAPH_BREAK_BUG:
+        request.applymarker(pytest.mark.xfail(reason="torch < 2.13: compiled jacrev across a graph break"))
+
+
 @pytest.mark.parametrize("device", TRANSFORM_DEVICES)
 @pytest.mark.parametrize("transform", TRANSFORMS)
-def test_torch_func_inside_compile(device, transform):
+def test_torch_func_inside_compile(request, device, transform):
     """torch.compile around a torch.func transform of linrec.linrec: the same results as the
     reference's transform. (Traced by Dynamo, the calls had no autograd, and grad, jacrev,
     jacfwd and hessian returned zeros; linrec now breaks the graph there and the transform runs
     eagerly.)"""
+    xfail_jacrev_on_old_torch(request, transform)
     torch._dynamo.reset()
     ours, theirs, inputs = torch_func_case(device, transform, linrec.linrec)
     assert_same_results(torch.compile(ours, backend="aot_eager")(*inputs), theirs(*inputs), 1e-12)
@@ -282,9 +293,10 @@ def test_torch_func_inside_compile(device, transform):
 @pytest.mark.parametrize("device", TRANSFORM_DEVICES)
 @pytest.mark.parametrize("transform", ["grad", "jacrev", "per_sample_grad"])
 @pytest.mark.parametrize("with_initial", [False, True])
-def test_compiled_torch_func_transform(device, transform, with_initial):
+def test_compiled_torch_func_transform(request, device, transform, with_initial):
     """torch.compile of a transformed function itself, torch.compile(torch.func.grad(f)): the
     form in which Dynamo's trace returned zero gradients."""
+    xfail_jacrev_on_old_torch(request, transform)
     _, _, (x, c, h) = torch_func_case(device, "grad", linrec.linrec)
     func = torch.func
     argnums = (0, 1, 2) if with_initial else (0, 1)

@@ -214,9 +214,10 @@ def eager_in_torch_func(fn):
     Dynamo traces grad, vmap, jacrev, ... by running them over its own tensors, on which
     requires_grad reads False, and it does not take a setup_context Function there: traced, a
     linrec call came out without autograd, and torch.compile(torch.func.grad(f)) returned zero
-    gradients (torch 2.14). A call outside the graph breaks it, so the transform runs eagerly,
-    where linrec's setup_context Function and vmap rules handle it; with fullgraph=True Dynamo
-    raises, naming this reason."""
+    gradients (torch 2.11-2.14; a Function whose forward calls the op traced no better). A call
+    outside the graph breaks it, so the transform runs eagerly, where linrec's setup_context
+    Function and vmap rules handle it; with fullgraph=True Dynamo raises, naming this reason.
+    (torch 2.11 gets a compiled jacrev wrong across any graph break, this one included.)"""
     eager = outside_graph(fn)
 
     @functools.wraps(fn)
