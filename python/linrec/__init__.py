@@ -24,7 +24,7 @@ except ImportError as _error:
     ) from _error
 from ._args import normalize
 from ._complex import linrec_complex
-from ._ops import call_compiled, outside_graph, refuse_torch_func, traced_in_torch_func
+from ._ops import _EAGER_IN_TORCH_FUNC, TracedInTorchFunc, call_compiled, refuse_torch_func, traced_in_torch_func
 from ._version import __version__
 
 
@@ -180,7 +180,7 @@ def linrec(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
     the Triton implementation otherwise; LINREC_BACKEND=cuda|triton forces one.
     """
     if traced_in_torch_func():  # as eager_in_torch_func (linrec/_ops.py) does, without its frame
-        return _linrec_outside_graph(inputs, coeffs, reverse, dim=dim, initial=initial)
+        raise TracedInTorchFunc(_EAGER_IN_TORCH_FUNC)
     inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse, complex_ok=True)
     if inputs.is_complex():
         return linrec_complex(inputs, coeffs, initial, dim, reverse)
@@ -191,6 +191,3 @@ def linrec(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
         return triton_fwd(inputs, coeffs, initial, dim, bool(reverse), True)
     return call_compiled(inputs, coeffs, initial, dim, reverse)
 
-
-# linrec.linrec makes eager_in_torch_func's check itself, sparing every call the wrapper's frame.
-_linrec_outside_graph = outside_graph(linrec)

@@ -209,27 +209,26 @@ _EAGER_IN_TORCH_FUNC = (
 
 
 def eager_in_torch_func(fn):
-    """fn, called outside the graph when torch.compile traces it inside a torch.func transform.
+    """fn, which torch.compile leaves out of the graph when it traces fn inside a torch.func transform.
 
     Dynamo traces grad, vmap, jacrev, ... by running them over its own tensors, on which
     requires_grad reads False, and it does not take a setup_context Function there: traced, a
     linrec call came out without autograd, and torch.compile(torch.func.grad(f)) returned zero
-    gradients (torch 2.11-2.14; a Function whose forward calls the op traced no better). A call
-    outside the graph breaks it, so the transform runs eagerly, where linrec's setup_context
-    Function and vmap rules handle it; with fullgraph=True Dynamo raises, naming this reason.
-    (torch 2.11 gets a compiled jacrev wrong across any graph break, this one included.)"""
-    eager = outside_graph(fn)
-
+    gradients (torch 2.11-2.14; a Function whose forward calls the op traced no better). Raised
+    while tracing, the error below makes Dynamo run the call eagerly (a graph break), where linrec's
+    setup_context Function and vmap rules handle the transform; with fullgraph=True it reaches the
+    caller. (torch 2.11 gets a compiled jacrev wrong across any graph break, this one included.)"""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        return eager(*args, **kwargs) if traced_in_torch_func() else fn(*args, **kwargs)
+        if traced_in_torch_func():
+            raise TracedInTorchFunc(_EAGER_IN_TORCH_FUNC)
+        return fn(*args, **kwargs)
 
     return wrapper
 
 
-def outside_graph(fn):
-    """fn as a call torch.compile does not trace (a graph break), giving eager_in_torch_func's reason."""
-    return torch.compiler.disable(fn, reason=_EAGER_IN_TORCH_FUNC)
+class TracedInTorchFunc(NotImplementedError):
+    """Raised while torch.compile traces linrec inside a torch.func transform (eager_in_torch_func)."""
 
 
 def _autograd_function(inputs, coeffs, initial):
