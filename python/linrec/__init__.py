@@ -24,7 +24,7 @@ except ImportError as _error:
     ) from _error
 from ._args import normalize
 from ._complex import linrec_complex
-from ._ops import _EAGER_IN_TORCH_FUNC, TracedInTorchFunc, call_compiled, refuse_torch_func, traced_in_torch_func
+from ._ops import call_compiled, refuse_torch_func
 from ._version import __version__
 
 
@@ -179,8 +179,6 @@ def linrec(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
     On CUDA tensors the compiled kernels run when the build has them for the device,
     the Triton implementation otherwise; LINREC_BACKEND=cuda|triton forces one.
     """
-    if traced_in_torch_func():  # as eager_in_torch_func (linrec/_ops.py) does, without its frame
-        raise TracedInTorchFunc(_EAGER_IN_TORCH_FUNC)
     inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse, complex_ok=True)
     if inputs.is_complex():
         return linrec_complex(inputs, coeffs, initial, dim, reverse)
@@ -190,4 +188,3 @@ def linrec(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
         refuse_torch_func("the Triton kernels (no compiled kernels for this GPU, or LINREC_BACKEND=triton)")
         return triton_fwd(inputs, coeffs, initial, dim, bool(reverse), True)
     return call_compiled(inputs, coeffs, initial, dim, reverse)
-

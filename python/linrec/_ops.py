@@ -8,8 +8,6 @@ of one more scan); linrec.linrec's calls also get forward-mode AD.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import torch.autograd.forward_ad as fwAD
 
@@ -188,47 +186,35 @@ torch.library.register_vmap("linrec::_linrec_fwd", _fwd_vmap(fwd_op_no_autograd)
 torch.library.register_vmap("linrec::linrec_bwd", _bwd_vmap)
 
 
-def refuse_torch_func(path: str) -> None:
-    """Raise a clear error under torch.func transforms on a path that does not support them (the
-    Triton fallbacks, whose autograd is not in the form the transforms take)."""
-    if not torch.compiler.is_compiling() and torch._C._are_functorch_transforms_active():
-        raise NotImplementedError(
-            f"linrec: torch.func transforms (vmap, grad, jacrev, ...) run on the compiled kernels only, "
-            f"and this call takes {path}; they work on CPU tensors and on CUDA devices the build has "
-            "kernels for (linrec.build_info())")
-
-
-def traced_in_torch_func() -> bool:
-    """Whether torch.compile is tracing this call inside a torch.func transform."""
-    return torch.compiler.is_compiling() and torch._C._are_functorch_transforms_active()
-
-
 _EAGER_IN_TORCH_FUNC = (
     "linrec runs eagerly under torch.func transforms inside torch.compile: Dynamo traces the transform "
     "itself and does not see linrec's autograd there (grad, jacrev, jacfwd and hessian came back zero)")
 
 
-def eager_in_torch_func(fn):
-    """fn, which torch.compile leaves out of the graph when it traces fn inside a torch.func transform.
+class TracedInTorchFunc(NotImplementedError):
+    """Raised while torch.compile traces a linrec call inside a torch.func transform, to leave the call
+    out of the graph.
 
     Dynamo traces grad, vmap, jacrev, ... by running them over its own tensors, on which
     requires_grad reads False, and it does not take a setup_context Function there: traced, a
     linrec call came out without autograd, and torch.compile(torch.func.grad(f)) returned zero
     gradients (torch 2.11-2.14; a Function whose forward calls the op traced no better). Raised
-    while tracing, the error below makes Dynamo run the call eagerly (a graph break), where linrec's
+    while tracing, this error makes Dynamo run the call eagerly (a graph break), where linrec's
     setup_context Function and vmap rules handle the transform; with fullgraph=True it reaches the
     caller. (torch 2.11 gets a compiled jacrev wrong across any graph break, this one included.)"""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        if traced_in_torch_func():
+
+
+def refuse_torch_func(path: str) -> None:
+    """Raise a clear error under torch.func transforms on a path that does not support them (the
+    Triton fallbacks, whose autograd is not in the form the transforms take). While torch.compile
+    traces, TracedInTorchFunc: the eager call then raises this error."""
+    if torch._C._are_functorch_transforms_active():
+        if torch.compiler.is_compiling():
             raise TracedInTorchFunc(_EAGER_IN_TORCH_FUNC)
-        return fn(*args, **kwargs)
-
-    return wrapper
-
-
-class TracedInTorchFunc(NotImplementedError):
-    """Raised while torch.compile traces linrec inside a torch.func transform (eager_in_torch_func)."""
+        raise NotImplementedError(
+            f"linrec: torch.func transforms (vmap, grad, jacrev, ...) run on the compiled kernels only, "
+            f"and this call takes {path}; they work on CPU tensors and on CUDA devices the build has "
+            "kernels for (linrec.build_info())")
 
 
 def _autograd_function(inputs, coeffs, initial):
@@ -241,6 +227,8 @@ def _autograd_function(inputs, coeffs, initial):
             return _LinrecTransformable
         if any(fwAD.unpack_dual(t).tangent is not None for t in tensors):
             return _LinrecDualFunction
+    elif torch._C._are_functorch_transforms_active():
+        raise TracedInTorchFunc(_EAGER_IN_TORCH_FUNC)
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return _LinrecFunction
     return None

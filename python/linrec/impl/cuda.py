@@ -28,8 +28,7 @@ import torch
 
 from .. import compiled_configs
 from .._args import normalize
-from .._ops import (KERNEL_CHAINED, KERNEL_PACKED, KERNEL_PIPE, KERNEL_REF, KERNEL_STRIDED, KERNEL_TILE,
-                    call_compiled, eager_in_torch_func)
+from .._ops import KERNEL_CHAINED, KERNEL_PACKED, KERNEL_PIPE, KERNEL_REF, KERNEL_STRIDED, KERNEL_TILE, call_compiled
 
 
 def _check_cuda(inputs):
@@ -76,28 +75,24 @@ def _run_config(kernel, kernel_id, inputs, coeffs, reverse, dim, initial, config
     return call_compiled(inputs, coeffs, initial, dim, reverse, kernel_id, *config)
 
 
-@eager_in_torch_func
 def linrec_ref(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
     inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse, complex_ok=True)
     _check_cuda(inputs)
     return call_compiled(inputs, coeffs, initial, dim, reverse, KERNEL_REF)
 
 
-@eager_in_torch_func
 def linrec_tile(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems_per_thread=16,
                 threads_per_block=256, memcode=1, algocode=3):
     return _run_config("tile", KERNEL_TILE, inputs, coeffs, reverse, dim, initial,
                        (elems_per_thread, threads_per_block, memcode, algocode))
 
 
-@eager_in_torch_func
 def linrec_pipe(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems_per_thread=8,
                 threads_per_block=256, memcode=1, algocode=3):
     return _run_config("pipe", KERNEL_PIPE, inputs, coeffs, reverse, dim, initial,
                        (elems_per_thread, threads_per_block, memcode, algocode))
 
 
-@eager_in_torch_func
 def linrec_chained(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems_per_thread=8,
                    threads_per_block=64, memcode=1, algocode=3):
     """One block per tile; the scan always runs in full (algocode is ignored beyond the config lookup)."""
@@ -105,7 +100,6 @@ def linrec_chained(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems
                        (elems_per_thread, threads_per_block, memcode, algocode))
 
 
-@eager_in_torch_func
 def linrec_strided(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems_per_thread=16,
                    threads_per_block=256, memcode=3, algocode=3):
     """Lanes across 32 sequences (64 for 16-bit channel pairs), elems_per_thread steps per thread,
@@ -115,7 +109,6 @@ def linrec_strided(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems
                        (elems_per_thread, threads_per_block, memcode, algocode))
 
 
-@eager_in_torch_func
 def linrec_packed(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems_per_thread=4,
                   threads_per_block=256, memcode=1, algocode=3):
     """Sequences of at most 32 * elems_per_thread elements, several to a warp; see

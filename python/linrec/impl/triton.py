@@ -29,7 +29,7 @@ import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
 from .._args import normalize
-from .._ops import backward_by_scans, eager_in_torch_func
+from .._ops import backward_by_scans, refuse_torch_func
 
 MAX_TILE = 16384
 
@@ -242,16 +242,16 @@ def _backward(ctx, d_outputs):
 triton_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
-@eager_in_torch_func
 def linrec_tile(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
     """linrec with one Triton program per sequence, the whole sequence in one block (<= MAX_TILE)."""
     inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse)
     _check_tile_length(inputs.shape[dim])
+    refuse_torch_func("linrec.impl.triton")
     return triton_fwd(inputs, coeffs, initial, dim, bool(reverse), False)
 
 
-@eager_in_torch_func
 def linrec_pipe(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
     """linrec with one Triton program per sequence, walking it in blocks with a carry: any length."""
     inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse)
+    refuse_torch_func("linrec.impl.triton")
     return triton_fwd(inputs, coeffs, initial, dim, bool(reverse), True)
