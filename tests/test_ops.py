@@ -357,3 +357,29 @@ def test_cuda_kernels_not_loaded_next_to_another_cuda(torch_cuda):
     assert info["cuda"] is False and json.loads(lines[-1]) == []
     assert f"built for CUDA {built}" in info["cuda_unavailable"]
     assert ("has CUDA 99.1" if torch_cuda else "has no CUDA") in info["cuda_unavailable"]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16bit_inputs_with_wider_coeffs_warn_once(monkeypatch, dtype):
+    """Coefficients cast to 16-bit inputs lose decays near 1 (bfloat16: 0.999 -> 1.0): a float32
+    coefficient tensor, or a number that rounds from a decay to 1, warns once a process; coefficients
+    already in the inputs' dtype do not."""
+    import warnings
+
+    import linrec._args
+
+    x = torch.randn(2, 8).to(dtype)
+    for coeffs, warns in [(torch.full((2, 8), 0.5, dtype=dtype), False), (0.5, False),
+                          (0.9999, True), (torch.full((2, 8), 0.5), True)]:
+        monkeypatch.setattr(linrec._args, "_warned_16bit_coeffs", False)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            linrec.linrec(x, coeffs)
+            linrec.linrec(x, coeffs)
+        messages = [str(w.message) for w in caught if "rounds decays near 1" in str(w.message)]
+        assert len(messages) == (1 if warns else 0), (coeffs, messages)
+        if warns:
+            assert caught[0].filename == __file__  # points at the caller's line
+    torch._dynamo.reset()  # traced, the check is skipped: a warning would break the graph
+    compiled = torch.compile(lambda a, b: linrec.linrec(a, b), fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(compiled(x, torch.full((2, 8), 0.5)), linrec.linrec(x, torch.full((2, 8), 0.5)))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numbers
 import operator
+import warnings
 
 import torch
 
@@ -27,14 +28,35 @@ def _check_dtype(name: str, t: torch.Tensor, complex_ok: bool = False) -> None:
     raise ValueError(f"linrec: {name} has dtype {t.dtype}; expected one of {expected}")
 
 
+_warned_16bit_coeffs = False
+
+
+def _warn_16bit_coeffs(source: str, dtype: torch.dtype) -> None:
+    """Once a process: coeffs of a wider dtype are cast to 16-bit inputs' dtype, which rounds
+    decays near 1 (bfloat16: 0.999 -> 1.0, a memory of ~1000 steps made endless)."""
+    global _warned_16bit_coeffs
+    if not _warned_16bit_coeffs:
+        _warned_16bit_coeffs = True
+        warnings.warn(
+            f"linrec: coeffs ({source}) are cast to the inputs' dtype {dtype}, which rounds decays near 1 "
+            "(bfloat16 stores 0.999 as 1.0, float16 stores 0.9999 as 1.0). Where decays near 1 matter, pass "
+            "float32 inputs (linrec scans 16-bit storage in float32 anyway). Warned once.", stacklevel=5)
+
+
 def _as_tensor(name: str, value, like: torch.Tensor) -> torch.Tensor:
     """coeffs or initial as a tensor of inputs' dtype and device. With complex inputs a real value
-    becomes complex; with real inputs a complex one raises (casting would drop its imaginary part)."""
+    becomes complex; with real inputs a complex one raises (casting would drop its imaginary part).
+    Coefficients narrowed to 16-bit inputs warn once (_warn_16bit_coeffs): every coefficient tensor
+    of a wider dtype, and a number whose rounding turns a decay (|c| < 1) into |c| >= 1."""
+    narrowing = (name == "coeffs" and like.element_size() == 2 and not like.is_complex()
+                 and not torch.compiler.is_compiling())  # a warning or .item() would break the graph
     if isinstance(value, torch.Tensor):
         _check_dtype(name, value, complex_ok=True)
         if value.is_complex() and not like.is_complex():
             raise ValueError(f"linrec: {name} is complex ({value.dtype}) but inputs is real ({like.dtype}); "
                              f"pass complex inputs for a complex recurrence")
+        if narrowing and value.element_size() > 2:
+            _warn_16bit_coeffs(f"{value.dtype}", like.dtype)
         if value.device != like.device:
             if value.dim() == 0 and value.device.type == "cpu":
                 return value.to(device=like.device, dtype=like.dtype)
@@ -42,6 +64,8 @@ def _as_tensor(name: str, value, like: torch.Tensor) -> torch.Tensor:
         return value.to(like.dtype)
     number = numbers.Number if like.is_complex() else numbers.Real
     if isinstance(value, number) and not isinstance(value, bool):
+        if narrowing and abs(float(value)) < 1 <= abs(torch.tensor(float(value), dtype=like.dtype).item()):
+            _warn_16bit_coeffs(f"the number {value}", like.dtype)
         return torch.tensor(complex(value) if like.is_complex() else float(value), dtype=like.dtype,
                             device=like.device)
     kind = "a number" if like.is_complex() else "a real number"
