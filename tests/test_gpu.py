@@ -695,3 +695,34 @@ def test_forward_ad_gpu(reverse, length):
                         -1, fwAD.make_dual(h0.double(), tangents[2].double()))
         want = fwAD.unpack_dual(ref).tangent
     assert got is not None and rel_error(got, want) < TOL[torch.float32]
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+@pytest.mark.parametrize("case", ["packed", "tile", "chained", "chained_bf16", "strided"])
+def test_tensors_on_another_gpu(case):
+    """Tensors on cuda:1 while cuda:0 is current: every kernel family launches on the tensors'
+    device and stream, and forward and gradients match the float64 reference (outputs poisoned)."""
+    shape, dim, dtype = {
+        "packed": ((300, 100), -1, torch.float32),
+        "tile": ((16, 3000), -1, torch.float32),
+        "chained": ((2, 1 << 18), -1, torch.float32),
+        "chained_bf16": ((2, 1 << 18), -1, torch.bfloat16),
+        "strided": ((3000, 256), 0, torch.float32),
+    }[case]
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(shape, generator=g).to(dtype)
+    c = (torch.rand(shape, generator=g) * 0.6 + 0.4).to(dtype)
+    dy = torch.randn(shape, generator=g).to(dtype)
+    with torch.cuda.device(0):
+        xs, cs = (t.to("cuda:1").requires_grad_() for t in (x, c))
+        poison_1 = [torch.full((x.numel() * 4,), float("nan"), device="cuda:1") for _ in range(4)]
+        del poison_1
+        y = linrec.linrec(xs, cs, dim=dim)
+        dx, dc = torch.autograd.grad(y, (xs, cs), dy.to("cuda:1"))
+        assert y.device == dx.device == dc.device == torch.device("cuda:1")
+        assert torch.cuda.current_device() == 0
+    xr, cr = (t.double().requires_grad_() for t in (x, c))
+    yr = reference(xr, cr, dim=dim)
+    dxr, dcr = torch.autograd.grad(yr, (xr, cr), dy.double())
+    for got, want in ((y, yr), (dx, dxr), (dc, dcr)):
+        assert rel_error(got.cpu(), want) < TOL[dtype]
