@@ -38,6 +38,20 @@ inline DType to_dtype(ScalarType t) {
   }
 }
 
+// empty_like(self, dtype=dtype): self's shape, strides (where dense) and device in
+// another dtype. torch::stable::empty_like takes no dtype; this is its dispatcher
+// call with one (stable ABI of torch 2.10).
+inline Tensor empty_like_as(const Tensor& self, ScalarType dtype) {
+  std::array<StableIValue, 6> stack{torch::stable::detail::from(self),
+                                    torch::stable::detail::from(std::optional<ScalarType>(dtype)),
+                                    torch::stable::detail::from(std::nullopt),
+                                    torch::stable::detail::from(std::nullopt),
+                                    torch::stable::detail::from(std::nullopt),
+                                    torch::stable::detail::from(std::nullopt)};
+  STABLE_TORCH_ERROR_CODE_CHECK(torch_call_dispatcher("aten::empty_like", "", stack.data(), TORCH_ABI_VERSION));
+  return torch::stable::detail::to<Tensor>(stack[0]);
+}
+
 inline int64_t wrap_dim(int64_t dim, int64_t ndim) {
   STD_TORCH_CHECK(ndim >= 1, "linrec: inputs must have at least one dimension");
   STD_TORCH_CHECK(dim >= -ndim && dim < ndim, "linrec: dim ", dim, " is out of range for a tensor of ",
@@ -53,9 +67,23 @@ inline std::vector<int64_t> state_shape(const Tensor& full, int64_t dim) {
   return out;
 }
 
+// The storage of a call whose scanned tensors are `values` and coefficients
+// `coeffs`: one dtype, or float32 coefficients beside 16-bit values (Storage).
+inline Storage storage_of(const Tensor& values, const Tensor& coeffs, const char* values_name) {
+  const ScalarType v = values.scalar_type(), c = coeffs.scalar_type();
+  const DType dtype = to_dtype(v);
+  if (c == v) return {dtype, dtype};
+  STD_TORCH_CHECK(c == ScalarType::Float && (v == ScalarType::Half || v == ScalarType::BFloat16), "linrec: coeffs has dtype ",
+                  torch::headeronly::toString(c), " but ", values_name, " has ", torch::headeronly::toString(v),
+                  "; coeffs may differ only as float32 beside float16 or bfloat16 ", values_name);
+  return {dtype, DType::kFloat32};
+}
+
+// `t` has ref's device and shape (without dim if is_state), and its dtype unless
+// `any_dtype` (coefficients: storage_of checks theirs).
 inline void check_same(const Tensor& ref, const Tensor& t, const char* ref_name, const char* name,
-                       bool is_state, int64_t dim) {
-  STD_TORCH_CHECK(t.scalar_type() == ref.scalar_type(), "linrec: ", name, " has dtype ",
+                       bool is_state, int64_t dim, bool any_dtype = false) {
+  STD_TORCH_CHECK(any_dtype || t.scalar_type() == ref.scalar_type(), "linrec: ", name, " has dtype ",
                   torch::headeronly::toString(t.scalar_type()), " but ", ref_name, " has ",
                   torch::headeronly::toString(ref.scalar_type()));
   STD_TORCH_CHECK(t.device() == ref.device(), "linrec: ", name, " is on a different device than ",
@@ -145,18 +173,18 @@ inline int64_t count_seqs(const Tensor& t, int64_t dim) {
 struct ForwardCall {
   torch::stable::Tensor outputs;
   ForwardParams p;
-  DType dtype;
+  Storage storage;
   bool empty;
 };
 
 inline ForwardCall prepare_fwd(const Tensor& inputs, const Tensor& coeffs, const std::optional<Tensor>& initial,
                                int64_t dim, bool reverse) {
   dim = wrap_dim(dim, inputs.dim());
-  const DType dtype = to_dtype(inputs.scalar_type());
-  check_same(inputs, coeffs, "inputs", "coeffs", false, dim);
+  check_same(inputs, coeffs, "inputs", "coeffs", false, dim, /*any_dtype=*/true);
+  const Storage storage = storage_of(inputs, coeffs, "inputs");
   if (initial) check_same(inputs, *initial, "inputs", "initial", true, dim);
 
-  ForwardCall call{torch::stable::empty_like(inputs), ForwardParams{}, dtype, inputs.numel() == 0};
+  ForwardCall call{torch::stable::empty_like(inputs), ForwardParams{}, storage, inputs.numel() == 0};
   ForwardParams& p = call.p;
   p.num_seqs = count_seqs(inputs, dim);
   p.seq_len = inputs.size(dim);
@@ -180,7 +208,7 @@ inline ForwardCall prepare_fwd(const Tensor& inputs, const Tensor& coeffs, const
 struct BackwardCall {
   torch::stable::Tensor d_inputs, d_coeffs, d_initial;
   BackwardParams p;
-  DType dtype;
+  Storage storage;
   bool empty;
   std::tuple<Tensor, Tensor, Tensor> grads() const { return {d_inputs, d_coeffs, d_initial}; }
 };
@@ -188,13 +216,15 @@ struct BackwardCall {
 inline BackwardCall prepare_bwd(const Tensor& d_outputs, const Tensor& coeffs, const Tensor& outputs,
                                 const std::optional<Tensor>& initial, int64_t dim, bool reverse) {
   dim = wrap_dim(dim, d_outputs.dim());
-  const DType dtype = to_dtype(d_outputs.scalar_type());
-  check_same(d_outputs, coeffs, "d_outputs", "coeffs", false, dim);
+  check_same(d_outputs, coeffs, "d_outputs", "coeffs", false, dim, /*any_dtype=*/true);
+  const Storage storage = storage_of(d_outputs, coeffs, "d_outputs");
   check_same(d_outputs, outputs, "d_outputs", "outputs", false, dim);
   if (initial) check_same(d_outputs, *initial, "d_outputs", "initial", true, dim);
 
-  BackwardCall call{torch::stable::empty_like(d_outputs), torch::stable::empty_like(d_outputs),
-                    torch::stable::new_empty(d_outputs, state_shape(d_outputs, dim)), BackwardParams{}, dtype, false};
+  // d_coeffs laid out as d_outputs, in the coefficients' dtype.
+  BackwardCall call{torch::stable::empty_like(d_outputs),
+                    storage.mixed() ? empty_like_as(d_outputs, ScalarType::Float) : torch::stable::empty_like(d_outputs),
+                    torch::stable::new_empty(d_outputs, state_shape(d_outputs, dim)), BackwardParams{}, storage, false};
   BackwardParams& p = call.p;
   p.num_seqs = count_seqs(d_outputs, dim);
   p.seq_len = d_outputs.size(dim);

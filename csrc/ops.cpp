@@ -16,7 +16,7 @@ Tensor linrec_fwd_cpu(Tensor inputs, Tensor coeffs, std::optional<Tensor> initia
                       int64_t /*kernel*/, int64_t /*elems_per_thread*/, int64_t /*threads_per_block*/,
                       int64_t /*memcode*/, int64_t /*algocode*/) {
   ForwardCall call = prepare_fwd(inputs, coeffs, initial, dim, reverse);
-  if (!call.empty) cpu_fwd(call.p, call.dtype);
+  if (!call.empty) cpu_fwd(call.p, call.storage);
   return call.outputs;
 }
 
@@ -26,7 +26,7 @@ std::tuple<Tensor, Tensor, Tensor> linrec_bwd_cpu(Tensor d_outputs, Tensor coeff
                                                   int64_t /*threads_per_block*/, int64_t /*memcode*/,
                                                   int64_t /*algocode*/) {
   BackwardCall call = prepare_bwd(d_outputs, coeffs, outputs, initial, dim, reverse);
-  if (!call.empty) cpu_bwd(call.p, call.dtype);
+  if (!call.empty) cpu_bwd(call.p, call.storage);
   return call.grads();
 }
 

@@ -28,7 +28,8 @@ struct LaunchChoice {
 };
 
 LaunchChoice choose(const KernelArgs& args, int64_t seq_len, int64_t num_seqs, bool interleaved, bool backward,
-                    DType dtype, int device) {
+                    Storage storage, int device) {
+  const DType dtype = storage.values;
   const auto [kernel, elems_per_thread, threads_per_block, memcode, algocode] = args;
   STD_TORCH_CHECK(kernel >= 0 && kernel <= 6,
                   "linrec: kernel must be 0 (auto), 1 (ref), 2 (tile), 3 (pipe), 4 (chained), 5 (strided) or 6 "
@@ -42,6 +43,7 @@ LaunchChoice choose(const KernelArgs& args, int64_t seq_len, int64_t num_seqs, b
                   "linrec: complex recurrences run on the ref (1), tile (2, vector configs), chained (4, staged "
                   "configs), strided (5) and packed (6) CUDA kernels; the pipe kernel (3) is not compiled for them");
   if (kind == KernelKind::kAuto) {
+    // Mixed storage takes the rule of its 16-bit values.
     const int elem_bytes = dtype == DType::kFloat64 ? 8 : dtype == DType::kFloat32 ? 4 : 2;
     const KernelChoice c =
         select_config(seq_len, num_seqs, interleaved, backward, elem_bytes, cuda_sm_count(device));
@@ -72,9 +74,9 @@ LaunchChoice choose(const KernelArgs& args, int64_t seq_len, int64_t num_seqs, b
 
 // The workspace of the chained and strided kernels, if `c` needs one (the launch clears it); kept
 // alive by the caller.
-std::optional<Tensor> chain_workspace(const Tensor& like, DType dtype, const LaunchChoice& c, int64_t num_seqs,
+std::optional<Tensor> chain_workspace(const Tensor& like, Storage storage, const LaunchChoice& c, int64_t num_seqs,
                                       int64_t seq_len) {
-  const int64_t bytes = cuda_workspace_bytes(dtype, c.kind, num_seqs, seq_len, c.config);
+  const int64_t bytes = cuda_workspace_bytes(storage, c.kind, num_seqs, seq_len, c.config);
   if (bytes == 0) return std::nullopt;
   return torch::stable::new_empty(like, std::vector<int64_t>{bytes}, ScalarType::Byte);
 }
@@ -90,16 +92,16 @@ void* current_stream(const Tensor& t) {
 // than a sequence's own elements), allocates its workspace and launches it (`launch`: cuda_fwd
 // or cuda_bwd) on torch's current stream of `like`'s device.
 template <typename Params>
-using CudaLaunch = void (*)(const Params&, DType, KernelKind, const TileConfig&, void* stream);
+using CudaLaunch = void (*)(const Params&, Storage, KernelKind, const TileConfig&, void* stream);
 
 template <typename Params>
-void launch_on_current_stream(const Tensor& like, Params& p, DType dtype, const KernelArgs& args, bool interleaved,
+void launch_on_current_stream(const Tensor& like, Params& p, Storage storage, const KernelArgs& args, bool interleaved,
                               bool backward, CudaLaunch<Params> launch) {
   torch::stable::accelerator::DeviceGuard guard(like.get_device_index());
-  const LaunchChoice c = choose(args, p.seq_len, p.num_seqs, interleaved, backward, dtype, like.get_device_index());
-  const std::optional<Tensor> workspace = chain_workspace(like, dtype, c, p.num_seqs, p.seq_len);
+  const LaunchChoice c = choose(args, p.seq_len, p.num_seqs, interleaved, backward, storage, like.get_device_index());
+  const std::optional<Tensor> workspace = chain_workspace(like, storage, c, p.num_seqs, p.seq_len);
   if (workspace) p.chain_workspace = workspace->mutable_data_ptr();
-  launch(p, dtype, c.kind, c.config, current_stream(like));
+  launch(p, storage, c.kind, c.config, current_stream(like));
 }
 
 Tensor linrec_fwd_cuda(Tensor inputs, Tensor coeffs, std::optional<Tensor> initial, int64_t dim, bool reverse,
@@ -109,7 +111,7 @@ Tensor linrec_fwd_cuda(Tensor inputs, Tensor coeffs, std::optional<Tensor> initi
   if (call.empty) return call.outputs;
   const bool interleaved =
       seqs_interleaved(call.p.index, kFwdInputs) || seqs_interleaved(call.p.index, kFwdOutputs);
-  launch_on_current_stream(inputs, call.p, call.dtype,
+  launch_on_current_stream(inputs, call.p, call.storage,
                            {kernel, elems_per_thread, threads_per_block, memcode, algocode}, interleaved, false,
                            &cuda_fwd);
   return call.outputs;
@@ -123,7 +125,7 @@ std::tuple<Tensor, Tensor, Tensor> linrec_bwd_cuda(Tensor d_outputs, Tensor coef
   if (call.empty) return call.grads();
   const bool interleaved =
       seqs_interleaved(call.p.index, kBwdDOutputs) || seqs_interleaved(call.p.index, kBwdDInputs);
-  launch_on_current_stream(d_outputs, call.p, call.dtype,
+  launch_on_current_stream(d_outputs, call.p, call.storage,
                            {kernel, elems_per_thread, threads_per_block, memcode, algocode}, interleaved, true,
                            &cuda_bwd);
   return call.grads();

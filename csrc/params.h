@@ -130,4 +130,14 @@ enum class DType : int { kFloat32, kFloat64, kFloat16, kBFloat16, kComplex64, kC
 
 constexpr bool is_complex(DType d) { return d == DType::kComplex64 || d == DType::kComplex128; }
 
+// The dtypes of one call: `values` of the scanned tensors (inputs, outputs,
+// their gradients and the initial state), `coeffs` of the coefficients and
+// their gradient. They differ only in mixed storage: float32 coefficients
+// beside 16-bit values (kernels/dtype.cuh, Mixed).
+struct Storage {
+  DType values;
+  DType coeffs;
+  constexpr bool mixed() const { return values != coeffs; }
+};
+
 }  // namespace linrec

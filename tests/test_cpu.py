@@ -94,6 +94,34 @@ def test_low_precision_channel_last(dtype, reverse):
     assert rel_error(out, reference(x, c, reverse, 1, h0)) < tol
 
 
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("dim", [-1, 1])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_mixed_storage(impl, dtype, dim, reverse):
+    """16-bit inputs with float32 coefficients of decays that 16 bits round to 1 (mixed storage):
+    outputs in the inputs' dtype and gradients (d_coeffs in float32) match the float64 reference,
+    where the coefficients rounded to 16 bits miss the outputs by more than twice the tolerance."""
+    decay = 1 - 1.9e-3 if dtype == torch.bfloat16 else 1 - 2.3e-4
+    x = (torch.rand(3, 700, 5) + 0.5).to(dtype).movedim(1, dim)
+    c = (decay + (1 - decay) * 0.1 * torch.rand(3, 700, 5)).movedim(1, dim).requires_grad_()
+    assert torch.all(c.to(dtype) == 1)
+    h0 = torch.randn(3, 5).to(dtype).requires_grad_()
+    xg = x.detach().requires_grad_()
+    y = CPU_IMPLS[impl](xg, c, reverse, dim=dim, initial=h0)
+    assert y.dtype == dtype
+    dy = torch.randn_like(y)
+    grads = torch.autograd.grad(y, (xg, c, h0), dy)
+    assert [g.dtype for g in grads] == [dtype, torch.float32, dtype]
+    leaves = [t.detach().double().requires_grad_() for t in (x, c, h0)]
+    y_ref = reference(*leaves[:2], reverse, dim, leaves[2])
+    ref_grads = torch.autograd.grad(y_ref, leaves, dy.double())
+    assert rel_error(y, y_ref) < 1e-2
+    for g, r in zip(grads, ref_grads):
+        assert rel_error(g, r) < 1e-2
+    assert rel_error(reference(x, c.detach().to(dtype), reverse, dim, h0.detach()), y_ref) > 2e-2
+
+
 def test_nan_and_inf_propagate():
     x = torch.randn(2, 8, dtype=torch.float64)
     x[0, 3] = float("nan")

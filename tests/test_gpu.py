@@ -15,6 +15,9 @@ from reference import reference, reference_chunked, reference_with_grads, rel_er
 pytestmark = pytest.mark.gpu
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+# Mixed storage: (values, coefficients) dtypes, 16-bit inputs beside float32 coefficients.
+MIXED = [(torch.bfloat16, torch.float32), (torch.float16, torch.float32)]
+STORAGES = DTYPES + MIXED
 TOL = {torch.float32: 1e-5, torch.float64: 1e-12, torch.float16: 1e-2, torch.bfloat16: 1e-2}
 IMPLS = list(gpu_impls()) if HAS_CUDA_KERNELS else ["linrec"]
 CONFIGS = linrec.compiled_configs()
@@ -29,9 +32,20 @@ def poison(nbytes: int) -> None:
     del blocks
 
 
+def values_dtype(storage):
+    """The inputs' dtype of a storage: a dtype, or a MIXED pair."""
+    return storage[0] if isinstance(storage, tuple) else storage
+
+
+def storage_id(storage):
+    return "+".join(str(d).removeprefix("torch.") for d in storage) if isinstance(storage, tuple) else str(storage)
+
+
 def inputs(shape, dtype, device="cuda"):
-    x = torch.randn(shape, device=device).to(dtype)
-    c = (torch.rand(shape, device=device) * 0.6 + 0.4).to(dtype)
+    """Inputs and coefficients of a storage: one dtype, or a MIXED (values, coefficients) pair."""
+    x_dtype, c_dtype = dtype if isinstance(dtype, tuple) else (dtype, dtype)
+    x = torch.randn(shape, device=device).to(x_dtype)
+    c = (torch.rand(shape, device=device) * 0.6 + 0.4).to(c_dtype)
     return x, c
 
 
@@ -60,6 +74,7 @@ def check_fwd_bwd(fn, x, c, h0, reverse, dim=-1):
     dy = torch.randn_like(y)
     poison(3 * x.numel() * x.element_size())
     grads = torch.autograd.grad(y, leaves, dy)
+    assert y.dtype == x.dtype and grads[0].dtype == x.dtype and grads[1].dtype == c.dtype
 
     if x.shape[dim] == 0:  # nothing to scan: the initial state gets no gradient
         assert y.shape == x.shape and grads[0].shape == x.shape and grads[1].shape == x.shape
@@ -103,7 +118,7 @@ def test_lengths(impl, length, reverse):
 
 @pytest.mark.parametrize("kernel", ["tile", "pipe", "chained"])
 @pytest.mark.parametrize("config", CONFIGS, ids=[str(c) for c in CONFIGS])
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", STORAGES, ids=storage_id)
 @pytest.mark.parametrize("reverse", [False, True])
 def test_every_config(kernel, config, dtype, reverse):
     from linrec.impl import cuda
@@ -112,12 +127,12 @@ def test_every_config(kernel, config, dtype, reverse):
     length = tile_len - 3 if kernel == "tile" else 3 * tile_len + 5  # partial last tile
     fn = getattr(cuda, f"linrec_{kernel}")
     x, c = inputs((7, length), dtype)
-    h0 = torch.randn(7, device="cuda").to(dtype)
+    h0 = torch.randn(7, device="cuda").to(values_dtype(dtype))
     check_fwd_bwd(lambda *a, **k: fn(*a, **k, **config_kwargs(config)), x, c, h0, reverse)
 
 
 @pytest.mark.parametrize("config", STAGED_CONFIGS, ids=[str(c) for c in STAGED_CONFIGS])
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", STORAGES, ids=storage_id)
 @pytest.mark.parametrize("layout", ["contiguous", "misaligned", "strided", "broadcast_coeffs"])
 @pytest.mark.parametrize("reverse", [False, True])
 def test_every_staged_chained_config(config, dtype, layout, reverse):
@@ -137,13 +152,13 @@ def test_every_staged_chained_config(config, dtype, layout, reverse):
         x, c = x[:, :length].contiguous(), c[:, :1].expand(-1, length)
     else:
         x, c = x[:, ::2], c[:, 1::2]
-    h0 = torch.randn(5, device="cuda").to(dtype)
+    h0 = torch.randn(5, device="cuda").to(values_dtype(dtype))
     fn = cuda.linrec_chained
     check_fwd_bwd(lambda *a, **k: fn(*a, **k, **config_kwargs(config)), x, c, h0, reverse)
 
 
 @pytest.mark.parametrize("config", [(4, 64, 1, 3), (16, 256, 1, 3), *STAGED_CONFIGS[:2]], ids=str)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, MIXED[0]], ids=storage_id)
 @pytest.mark.parametrize("reverse", [False, True])
 def test_chained_many_tiles(config, dtype, reverse):
     """More tiles than fit on the GPU at once, of many sequences, each with a partial
@@ -154,13 +169,13 @@ def test_chained_many_tiles(config, dtype, reverse):
     seqs = 3_000_000 // length  # more tiles than fit on an H100 at once
     x, c = inputs((seqs, 2 * length), dtype)
     x, c = x[:, ::2], c[:, 1::2]
-    h0 = torch.randn(seqs, device="cuda").to(dtype)
+    h0 = torch.randn(seqs, device="cuda").to(values_dtype(dtype))
     fn = cuda.linrec_chained
     check_fwd_bwd(lambda *a, **k: fn(*a, **k, **config_kwargs(config)), x, c, h0, reverse)
 
 
 @pytest.mark.parametrize("config", STRIDED_CONFIGS, ids=[str(c) for c in STRIDED_CONFIGS])
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", STORAGES, ids=storage_id)
 @pytest.mark.parametrize("reverse", [False, True])
 def test_every_strided_config(config, dtype, reverse):
     """Channel-last (B, T, D) over T: a partial last chunk and a partial group of 32 channels."""
@@ -168,7 +183,7 @@ def test_every_strided_config(config, dtype, reverse):
 
     chunk = config[0] * config[1] // 32
     x, c = inputs((3, 3 * chunk + 5, 45), dtype)
-    h0 = torch.randn(3, 45, device="cuda").to(dtype)
+    h0 = torch.randn(3, 45, device="cuda").to(values_dtype(dtype))
     fn = cuda.linrec_strided
     check_fwd_bwd(lambda *a, **k: fn(*a, **k, **config_kwargs(config)), x, c, h0, reverse, dim=1)
 
@@ -185,16 +200,17 @@ STRIDED_16BIT_LAYOUTS = {
 
 @pytest.mark.parametrize("config", STRIDED_CONFIGS, ids=[str(c) for c in STRIDED_CONFIGS])
 @pytest.mark.parametrize("layout", list(STRIDED_16BIT_LAYOUTS))
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, *MIXED], ids=storage_id)
 @pytest.mark.parametrize("reverse", [False, True])
 def test_strided_16bit_layouts(config, layout, dtype, reverse):
-    """Channel-last 16-bit data, with and without the two-channels-a-lane path."""
+    """Channel-last 16-bit data, with and without the two-channels-a-lane path (in mixed
+    storage a lane's two float32 coefficients are one 8-byte word)."""
     from linrec.impl import cuda
 
     chunk = config[0] * config[1] // 32
     view = STRIDED_16BIT_LAYOUTS[layout]
     x, c = (view(t) for t in inputs((3, 2 * chunk + 7, 92), dtype))
-    h0 = torch.randn(x.shape[0], x.shape[2], device="cuda").to(dtype)
+    h0 = torch.randn(x.shape[0], x.shape[2], device="cuda").to(values_dtype(dtype))
     fn = cuda.linrec_strided
     check_fwd_bwd(lambda *a, **k: fn(*a, **k, **config_kwargs(config)), x, c, h0, reverse, dim=1)
 
@@ -227,17 +243,17 @@ def strided_chunk_len(config, num_seqs, channel_pairs):
 
 @pytest.mark.parametrize("config", STRIDED_CONFIGS, ids=[str(c) for c in STRIDED_CONFIGS])
 @pytest.mark.parametrize("batch,channels", FEW_CHANNEL_SHAPES, ids=[f"{b}x{d}" for b, d in FEW_CHANNEL_SHAPES])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, MIXED[0]], ids=storage_id)
 @pytest.mark.parametrize("reverse", [False, True])
 def test_strided_few_channels(config, batch, channels, dtype, reverse):
     """Channel-last (B, T, D) over T with fewer sequences than a warp's lanes take: the lanes
     split into groups over consecutive slices of time. Three chunks, the last partial."""
     from linrec.impl import cuda
 
-    pairs = dtype == torch.bfloat16 and channels % 2 == 0
+    pairs = values_dtype(dtype) == torch.bfloat16 and channels % 2 == 0
     length = 2 * strided_chunk_len(config, batch * channels, pairs) + 5
     x, c = inputs((batch, length, channels), dtype)
-    h0 = torch.randn(batch, channels, device="cuda").to(dtype)
+    h0 = torch.randn(batch, channels, device="cuda").to(values_dtype(dtype))
     fn = cuda.linrec_strided
     check_fwd_bwd(lambda *a, **k: fn(*a, **k, **config_kwargs(config)), x, c, h0, reverse, dim=1)
 
@@ -250,18 +266,19 @@ DENSE_ROW_CHANNELS = [1, 3, 4, 6, 8]
 
 @pytest.mark.parametrize("config", STAGED_STRIDED_CONFIGS, ids=[str(c) for c in STAGED_STRIDED_CONFIGS])
 @pytest.mark.parametrize("channels", DENSE_ROW_CHANNELS)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, MIXED[0]], ids=storage_id)
 @pytest.mark.parametrize("reverse", [False, True])
 def test_strided_dense_rows(config, channels, dtype, reverse):
     """One batch of few channels, rows of at most 16 bytes, T * D * size a multiple of 16:
-    each warp stages its whole range of rows (the dense-rows kernel). Three chunks, the last
+    each warp stages its whole range of rows (the dense-rows kernel; mixed storage, whose
+    tensors' rows differ in bytes, takes the lane-group kernel). Three chunks, the last
     partial, so the reverse scan's ranges start before row 0."""
     from linrec.impl import cuda
 
-    pairs = dtype == torch.bfloat16 and channels % 2 == 0
+    pairs = values_dtype(dtype) == torch.bfloat16 and channels % 2 == 0
     length = 2 * strided_chunk_len(config, channels, pairs) + 8
     x, c = inputs((1, length, channels), dtype)
-    h0 = torch.randn(1, channels, device="cuda").to(dtype)
+    h0 = torch.randn(1, channels, device="cuda").to(values_dtype(dtype))
     fn = cuda.linrec_strided
     check_fwd_bwd(lambda *a, **k: fn(*a, **k, **config_kwargs(config)), x, c, h0, reverse, dim=1)
 
@@ -271,7 +288,7 @@ VECTOR_CONFIGS = [c for c in CONFIGS if c[2] == 1]
 
 @pytest.mark.parametrize("config", VECTOR_CONFIGS, ids=[str(c) for c in VECTOR_CONFIGS])
 @pytest.mark.parametrize("case", ["whole_contiguous", "last_thread_empty_padded", "3e_shared_coeffs"])
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", STORAGES, ids=storage_id)
 @pytest.mark.parametrize("reverse", [False, True])
 def test_every_tile_rows_config(config, case, dtype, reverse):
     """The one-tile forward over aligned rows (lengths a multiple of elems_per_thread, at
@@ -284,14 +301,14 @@ def test_every_tile_rows_config(config, case, dtype, reverse):
     length, layout = {"whole": (e * t, "contiguous"), "last": (e * t - e, "padded"),
                       "3e": (3 * e, "shared_coeffs")}[case.split("_")[0]]
     x, c = row_layout(67, length, layout, dtype)
-    h0 = torch.randn(67, device="cuda").to(dtype)
+    h0 = torch.randn(67, device="cuda").to(values_dtype(dtype))
     check_fwd_bwd(lambda *a, **k: cuda.linrec_tile(*a, **k, **config_kwargs(config)), x, c, h0, reverse)
 
 
 @pytest.mark.parametrize("config", PACKED_CONFIGS, ids=[str(c) for c in PACKED_CONFIGS])
 @pytest.mark.parametrize("length", [1, 5, 16, 33, "3e", "max"])
 @pytest.mark.parametrize("layout", ["contiguous", "padded", "shared_coeffs"])
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", STORAGES, ids=storage_id)
 @pytest.mark.parametrize("reverse", [False, True])
 def test_every_packed_config(config, length, layout, dtype, reverse):
     """Many short sequences, several per warp, the last block partly filled. Lengths that
@@ -305,7 +322,7 @@ def test_every_packed_config(config, length, layout, dtype, reverse):
     if layout != "contiguous" and length % e:
         pytest.skip("the general kernels are tested contiguous")
     x, c = row_layout(385, length, layout, dtype)
-    h0 = torch.randn(385, device="cuda").to(dtype)
+    h0 = torch.randn(385, device="cuda").to(values_dtype(dtype))
     fn = cuda.linrec_packed
     check_fwd_bwd(lambda *a, **k: fn(*a, **k, **config_kwargs(config)), x, c, h0, reverse)
 
@@ -321,11 +338,11 @@ def test_short_sequences_auto(length, reverse):
 
 
 @pytest.mark.parametrize("reverse", [False, True])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, MIXED[0]], ids=storage_id)
 def test_channel_last_auto(dtype, reverse):
     """linrec.linrec on contiguous (B, T, D) over dim=1 (the strided kernel), many chunks."""
     x, c = inputs((2, 5003, 300), dtype)
-    h0 = torch.randn(2, 300, device="cuda").to(dtype)
+    h0 = torch.randn(2, 300, device="cuda").to(values_dtype(dtype))
     check_fwd_bwd(linrec.linrec, x, c, h0, reverse, dim=1)
 
 
@@ -355,13 +372,14 @@ def test_channel_last_many_waves(shape, dtype, reverse):
     check_fwd_bwd(linrec.linrec, x, c, h0, reverse, dim=1)
 
 
-@pytest.mark.parametrize("dtype,shape", [(torch.float32, (300, 8197)), (torch.bfloat16, (70, 32771))], ids=str)
+@pytest.mark.parametrize("dtype,shape", [(torch.float32, (300, 8197)), (torch.bfloat16, (70, 32771)),
+                                         (MIXED[0], (70, 32771))], ids=str)
 @pytest.mark.parametrize("reverse", [False, True])
 def test_many_sequences_of_few_tiles_auto(dtype, shape, reverse):
     """linrec.linrec on hundreds of sequences of a few chained tiles each (the rule's chained
     kernel below 64 sequences a multiprocessor), the last tile of each partial."""
     x, c = inputs(shape, dtype)
-    h0 = torch.randn(shape[0], device="cuda").to(dtype)
+    h0 = torch.randn(shape[0], device="cuda").to(values_dtype(dtype))
     check_fwd_bwd(linrec.linrec, x, c, h0, reverse)
 
 
@@ -380,12 +398,42 @@ def test_every_other_element_auto(shape, dtype, reverse):
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", STORAGES, ids=storage_id)
 def test_dtypes(impl, dtype):
     skip_if_too_long(impl, 777)
     x, c = inputs((4, 3, 777), dtype)
-    h0 = torch.randn(4, 3, device="cuda").to(dtype)
+    h0 = torch.randn(4, 3, device="cuda").to(values_dtype(dtype))
     check_fwd_bwd(gpu_impls()[impl], x, c, h0, False)
+
+
+# Shapes that take each kernel family through linrec.linrec (dispatch.h's rule for 16-bit values),
+# and the dim scanned.
+MIXED_AUTO_SHAPES = {"packed": ((3000, 512), -1), "tile": ((300, 1000), -1), "pipe": ((100, 5000), -1),
+                     "chained": ((2, 200_003), -1), "strided": ((2, 3001, 300), 1),
+                     "strided_few_channels": ((1, 40_000, 6), 1)}
+
+
+@pytest.mark.parametrize("case", list(MIXED_AUTO_SHAPES))
+@pytest.mark.parametrize("values", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_mixed_storage_keeps_decays_near_one(case, values, reverse):
+    """16-bit inputs with float32 coefficients of decays that 16 bits round to 1 (from 0.9981 in
+    bfloat16, 0.99977 in float16), through every kernel family: outputs and gradients match the
+    float64 reference to 16-bit rounding, where the same coefficients rounded to 16 bits miss the
+    outputs by more than twice the tolerance (checked here, so the test can fail)."""
+    shape, dim = MIXED_AUTO_SHAPES[case]
+    decay = 1 - 1.9e-3 if values == torch.bfloat16 else 1 - 2.3e-4
+    x = (torch.rand(shape, device="cuda") + 0.5).to(values)
+    c = decay + (1 - decay) * 0.1 * torch.rand(shape, device="cuda")  # float32, all round to 1
+    assert torch.all(c.to(values) == 1)
+    h0 = torch.randn(shape[0] if dim == -1 else (shape[0], shape[2]), device="cuda").to(values)
+    check_fwd_bwd(linrec.linrec, x, c, h0, reverse, dim=dim)
+    ref = reference_chunked if dim == -1 and shape[-1] > 4096 else reference
+    if dim == -1:
+        y_ref, y_rounded = (ref(x, coeffs, reverse, initial=h0) for coeffs in (c, c.to(values)))
+    else:
+        y_ref, y_rounded = (reference(x, coeffs, reverse, dim, h0) for coeffs in (c, c.to(values)))
+    assert rel_error(y_rounded, y_ref) > 2 * TOL[values]
 
 
 VIEWS = {

@@ -359,27 +359,47 @@ def test_cuda_kernels_not_loaded_next_to_another_cuda(torch_cuda):
     assert ("has CUDA 99.1" if torch_cuda else "has no CUDA") in info["cuda_unavailable"]
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_16bit_inputs_with_wider_coeffs_warn_once(monkeypatch, dtype):
-    """Coefficients cast to 16-bit inputs lose decays near 1 (bfloat16: 0.999 -> 1.0): a float32
-    coefficient tensor, or a number that rounds from a decay to 1, warns once a process; coefficients
-    already in the inputs' dtype do not."""
-    import warnings
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_mixed_storage_coeffs_dtype(dtype):
+    """Beside 16-bit inputs, coefficients stay float32 wherever 16 bits would round them (mixed
+    storage; bfloat16 stores 0.999 as 1.0): tensors of any other dtype, and numbers 16 bits do
+    not hold exactly. Coefficients in the inputs' dtype, and exact numbers, keep it. Under
+    torch.compile a number is float32 (nothing to check at trace time)."""
+    from linrec._args import normalize
 
-    import linrec._args
-
+    other = torch.float16 if dtype == torch.bfloat16 else torch.bfloat16
     x = torch.randn(2, 8).to(dtype)
-    for coeffs, warns in [(torch.full((2, 8), 0.5, dtype=dtype), False), (0.5, False),
-                          (0.9999, True), (torch.full((2, 8), 0.5), True)]:
-        monkeypatch.setattr(linrec._args, "_warned_16bit_coeffs", False)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            linrec.linrec(x, coeffs)
-            linrec.linrec(x, coeffs)
-        messages = [str(w.message) for w in caught if "rounds decays near 1" in str(w.message)]
-        assert len(messages) == (1 if warns else 0), (coeffs, messages)
-        if warns:
-            assert caught[0].filename == __file__  # points at the caller's line
-    torch._dynamo.reset()  # traced, the check is skipped: a warning would break the graph
-    compiled = torch.compile(lambda a, b: linrec.linrec(a, b), fullgraph=True, backend="aot_eager")
-    torch.testing.assert_close(compiled(x, torch.full((2, 8), 0.5)), linrec.linrec(x, torch.full((2, 8), 0.5)))
+    cases = [(torch.full((2, 8), 0.5, dtype=dtype), dtype), (0.5, dtype), (0.999, torch.float32),
+             (torch.full((2, 8), 0.5), torch.float32), (torch.full((2, 8), 0.5, dtype=torch.float64), torch.float32),
+             (torch.full((2, 8), 0.5, dtype=other), torch.float32), (1e6, torch.float32)]
+    for coeffs, want in cases:
+        assert normalize(x, coeffs, None, -1)[1].dtype == want, coeffs
+    assert normalize(x.float(), 0.999, None, -1)[1].dtype == torch.float32
+    assert normalize(x.double(), torch.full((2, 8), 0.5), None, -1)[1].dtype == torch.float64
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda a: linrec.linrec(a, 0.5), fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(compiled(x), linrec.linrec(x, 0.5))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_mixed_storage_op(dtype):
+    """The ops take float32 coefficients beside 16-bit inputs: opcheck (schema, fake kernels,
+    autograd registration), outputs in the inputs' dtype and d_coeffs in float32, laid out as
+    d_outputs; any other pair of dtypes raises, naming both."""
+    x = torch.randn(3, 11, 4).to(dtype).transpose(1, 2)
+    c = (torch.rand(3, 11, 4) * 0.5 + 0.5).transpose(1, 2)
+    h0 = torch.randn(3, 4).to(dtype)
+    config = (-1, False, 0, 0, 0, 0, 3)
+    torch.library.opcheck(torch.ops.linrec.linrec_fwd.default, (x, c, h0, *config))
+    y = torch.ops.linrec.linrec_fwd(x, c, h0, *config)
+    assert y.dtype == dtype
+    dy = torch.randn_like(y)
+    torch.library.opcheck(torch.ops.linrec.linrec_bwd.default, (dy, c, y, h0, *config))
+    dx, dc, dh0 = torch.ops.linrec.linrec_bwd(dy, c, y, h0, *config)
+    assert (dx.dtype, dc.dtype, dh0.dtype) == (dtype, torch.float32, dtype)
+    assert dc.stride() == dy.stride()
+    for bad_c in (c.double(), c.to(dtype).float().to(torch.float16 if dtype == torch.bfloat16 else torch.bfloat16)):
+        with pytest.raises(RuntimeError, match="coeffs has dtype .* float32 beside float16 or bfloat16"):
+            torch.ops.linrec.linrec_fwd(x, bad_c, h0, *config)
+    with pytest.raises(RuntimeError, match="coeffs has dtype"):
+        torch.ops.linrec.linrec_fwd(x.float(), c.to(dtype), None, *config)

@@ -111,9 +111,11 @@ __device__ __forceinline__ ChainedTile chained_tile(void* workspace, const TileN
 // What a chained block knows of its tile before loading it, the same for both
 // chained kernels: which tile it is, where its tensors' elements are, and where
 // its sequence's statuses are.
-template <typename T, bool kBackward>
+template <typename S, bool kBackward>
 struct ChainedBlock {
-  using Acc = acc_t<T>;
+  using T = values_t<S>;
+  using Tc = coeffs_t<S>;
+  using Acc = acc_t<S>;
   // The scanned values (inputs, or d_outputs for the backward) and the coefficients.
   static constexpr int kV = kBackward ? int(kBwdDOutputs) : int(kFwdInputs);
   static constexpr int kC = kBackward ? int(kBwdCoeffs) : int(kFwdCoeffs);
@@ -124,7 +126,7 @@ struct ChainedBlock {
   int64_t off[kBackward ? int(kNumBwdSlots) : int(kNumFwdSlots)];
   TileStatus<Acc>* statuses;  // this sequence's
   const T* values;
-  const T* c;
+  const Tc* c;
   Acc initial;  // the state before the sequence (0 without one)
   bool many_waves;  // the launch's tiles fill more than one wave: statuses are read by atomics (StatusRead)
 
@@ -136,10 +138,11 @@ struct ChainedBlock {
   }
 };
 
-template <typename T, int kTileLen, bool kBackward, typename Params>
-__device__ __forceinline__ ChainedBlock<T, kBackward> chained_block(const Params& p) {
-  using B = ChainedBlock<T, kBackward>;
-  using Acc = acc_t<T>;
+template <typename S, int kTileLen, bool kBackward, typename Params>
+__device__ __forceinline__ ChainedBlock<S, kBackward> chained_block(const Params& p) {
+  using B = ChainedBlock<S, kBackward>;
+  using T = typename B::T;
+  using Acc = typename B::Acc;
   B b;
   b.rev = kBackward != p.reverse;
   const TileOrder tiles = tile_order<kTileLen, false>(p.seq_len, b.rev);
@@ -152,7 +155,7 @@ __device__ __forceinline__ ChainedBlock<T, kBackward> chained_block(const Params
                b.tile.seq * tiles.num_tiles * kTileStatusSpacing;
   if constexpr (kBackward) b.values = static_cast<const T*>(p.d_outputs) + b.off[B::kV];
   else b.values = static_cast<const T*>(p.inputs) + b.off[B::kV];
-  b.c = static_cast<const T*>(p.coeffs) + b.off[B::kC];
+  b.c = static_cast<const typename B::Tc*>(p.coeffs) + b.off[B::kC];
   b.initial = p.initial ? to_acc<Acc>(static_cast<const T*>(p.initial)[b.off[B::kInitial]]) : Acc(0);
   b.many_waves = p.chain_schedule.many_waves();
   return b;
@@ -200,17 +203,19 @@ __device__ __forceinline__ void prefetch_later_tile(const Params& p, const Block
 
 // Forward and fused backward in one kernel: they differ only in the tensors
 // around the tile scan (the backward runs against the forward direction).
-template <typename T, int E, int NT, int M, bool kBackward, typename Params>
+template <typename S, int E, int NT, int M, bool kBackward, typename Params>
 __global__ void __launch_bounds__(NT) chained_kernel(const Params p) {
-  using Acc = acc_t<T>;
+  using T = values_t<S>;
+  using Tc = coeffs_t<S>;
+  using Acc = acc_t<S>;
   constexpr TileConfig C = kConfigOf<E, NT, M, static_cast<int>(AlgoCode::kBlock)>;
   Acc* smem = staging_smem<Acc>();
   __shared__ BlockScanStorage<Acc> storage;
 
-  using B = ChainedBlock<T, kBackward>;
+  using B = ChainedBlock<S, kBackward>;
   allow_dependents_to_launch();  // see "The launch after a chained kernel" above
   wait_for_prior_grid();
-  const B b = chained_block<T, C.tile_len(), kBackward>(p);
+  const B b = chained_block<S, C.tile_len(), kBackward>(p);
   const auto& es = p.index.elem_strides;
   Acc vs[E], cs[E];
   load_tile<C.memcode>(vs, b.values, es[B::kV], b.start, b.len, Acc(0), smem);
@@ -224,7 +229,7 @@ __global__ void __launch_bounds__(NT) chained_kernel(const Params p) {
     scan_chained_tile<E, NT>(vs, cs, b.rev, storage, b, Acc(0));
     store_tile<C.memcode>(static_cast<T*>(p.d_inputs) + b.off[kBwdDInputs], es[kBwdDInputs], vs, b.start, b.len, smem);
     store_bwd_coeffs<C.memcode>(vs, static_cast<const T*>(p.outputs) + b.off[kBwdOutputs], es[kBwdOutputs],
-                                static_cast<T*>(p.d_coeffs) + b.off[kBwdDCoeffs], es[kBwdDCoeffs], b.start, b.len,
+                                static_cast<Tc*>(p.d_coeffs) + b.off[kBwdDCoeffs], es[kBwdDCoeffs], b.start, b.len,
                                 p.reverse, b.initial, first_coeff, static_cast<T*>(p.d_initial) + b.off[kBwdDInitial],
                                 smem);
   }
@@ -243,27 +248,31 @@ __global__ void __launch_bounds__(NT) chained_kernel(const Params p) {
 //      elements. The backward then stages the forward's outputs where the
 //      coefficients were and computes d_coeffs from them as it stores: two
 //      tiles of shared memory a block rather than three, so more blocks fit.
-template <typename T, int E, int NT, bool kBackward, typename Params>
+template <typename S, int E, int NT, bool kBackward, typename Params>
 __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
-  using Acc = acc_t<T>;
+  using T = values_t<S>;
+  using Tc = coeffs_t<S>;
+  using Acc = acc_t<S>;
   constexpr int kTileLen = E * NT;
   constexpr int kTileBytes = staged_tile_bytes<T, E, NT>();
+  // The backward stages the forward's outputs where the coefficients were.
+  static_assert(sizeof(Tc) >= sizeof(T), "the coefficients' tile holds the outputs' tile");
   extern __shared__ __align__(16) unsigned char staged[];
   __shared__ BlockScanStorage<Acc> storage;
   __shared__ Acc edge_c, edge_y;  // the backward's neighbours of the tile (see below)
   __shared__ Acc first_c;         // the backward's coeffs at the forward's first step, if in the tile
 
-  using B = ChainedBlock<T, kBackward>;
+  using B = ChainedBlock<S, kBackward>;
   allow_dependents_to_launch();  // see "The launch after a chained kernel" above
   wait_for_prior_grid();
-  const B b = chained_block<T, kTileLen, kBackward>(p);
+  const B b = chained_block<S, kTileLen, kBackward>(p);
   const auto& es = p.index.elem_strides;
   unsigned char* tile_v = staged;
   unsigned char* tile_c = staged + kTileBytes;
 
   // Step 1.
   stage_tile<E, NT>(tile_v, b.values, es[B::kV], b.start, b.len, T(from_acc<T>(Acc(0))));
-  stage_tile<E, NT>(tile_c, b.c, es[B::kC], b.start, b.len, T(from_acc<T>(Acc(1))));
+  stage_tile<E, NT>(tile_c, b.c, es[B::kC], b.start, b.len, from_acc<Tc>(Acc(1)));
   cp_async_commit();
   // Backward, with "next" one step later in the forward direction: the scan's
   // coefficient at l is coeffs[next(l)] (0 past the sequence), and d_coeffs[l]
@@ -286,19 +295,27 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
   if constexpr (!kBackward) prefetch_later_tile<kTileLen>(p, b);
 
   // Threads read and write their rows 16 bytes at a time: with the rows'
-  // padding, a quarter-warp's 16-byte accesses fall on distinct banks.
+  // padding, a quarter-warp's 16-byte accesses fall on distinct banks. A chunk
+  // is 16 bytes of values; its coefficients are kCoeffWords 16-byte words
+  // (two for float32 beside 16-bit values).
   constexpr int kChunk = 16 / static_cast<int>(sizeof(T));
   constexpr int kChunks = E / kChunk;
+  constexpr int kCoeffsPerWord = 16 / static_cast<int>(sizeof(Tc));
+  constexpr int kCoeffWords = kChunk / kCoeffsPerWord;
   const int row = static_cast<int>(threadIdx.x) * E;  // this thread's first tile element
   unsigned char* my_v = tile_v + threadIdx.x * staged_row_bytes<T, E>();
-  const unsigned char* my_c = tile_c + threadIdx.x * staged_row_bytes<T, E>();
+  const unsigned char* my_c = tile_c + threadIdx.x * staged_row_bytes<Tc, E>();
   // This thread's coefficients of chunk j, in element order (the backward's
   // conjugated: see complex.cuh; the identity for real storage).
   auto chunk_coeffs = [&](int j, Acc (&a)[kChunk]) {
-    const uint4 raw = reinterpret_cast<const uint4*>(my_c)[j];
-    const T* cs = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-    for (int i = 0; i < kChunk; ++i) a[i] = kBackward ? conj(to_acc<Acc>(cs[i])) : to_acc<Acc>(cs[i]);
+    for (int w = 0; w < kCoeffWords; ++w) {
+      const uint4 raw = reinterpret_cast<const uint4*>(my_c)[j * kCoeffWords + w];
+      const Tc* cs = reinterpret_cast<const Tc*>(&raw);
+#pragma unroll
+      for (int i = 0; i < kCoeffsPerWord; ++i)
+        a[w * kCoeffsPerWord + i] = kBackward ? conj(to_acc<Acc>(cs[i])) : to_acc<Acc>(cs[i]);
+    }
   };
   // The backward scan's coefficient at l is coeffs[next(l)], and next(l) is
   // the element it visits just before l: the walk passes each coefficient on
@@ -310,7 +327,7 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
   if constexpr (kBackward) {
     const int next = p.reverse ? row - 1 : row + E;
     if (b.start + next >= 0 && b.start + next < b.len)
-      row_entry_c = next >= 0 && next < kTileLen ? conj(to_acc<Acc>(staged_at<T, E>(tile_c, next))) : edge_c;
+      row_entry_c = next >= 0 && next < kTileLen ? conj(to_acc<Acc>(staged_at<Tc, E>(tile_c, next))) : edge_c;
   }
   auto chunk_values = [&](int j, Acc (&x)[kChunk]) {
     const uint4 raw = reinterpret_cast<const uint4*>(my_v)[j];
@@ -380,7 +397,7 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
     store_staged_tile<E, NT>(static_cast<T*>(p.outputs) + b.off[kFwdOutputs], es[kFwdOutputs], tile_v, b.start, b.len);
   } else {
     if (threadIdx.x == 0 && first >= b.start && first < b.start + kTileLen)
-      first_c = conj(to_acc<Acc>(staged_at<T, E>(tile_c, static_cast<int>(first - b.start))));
+      first_c = conj(to_acc<Acc>(staged_at<Tc, E>(tile_c, static_cast<int>(first - b.start))));
     __syncthreads();  // every rescan is done: tile_v holds d_inputs, tile_c is free
     unsigned char* tile_y = tile_c;  // the forward's outputs, copied while d_inputs is stored
     stage_tile<E, NT>(tile_y, y, es[kBwdOutputs], b.start, b.len, T(from_acc<T>(Acc(0))));
@@ -388,7 +405,7 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
     store_staged_tile<E, NT>(static_cast<T*>(p.d_inputs) + b.off[kBwdDInputs], es[kBwdDInputs], tile_v, b.start, b.len);
     cp_async_wait<0>();
     __syncthreads();
-    T* dc = static_cast<T*>(p.d_coeffs) + b.off[kBwdDCoeffs];
+    Tc* dc = static_cast<Tc*>(p.d_coeffs) + b.off[kBwdDCoeffs];
     // y_prev(e): the forward's output one forward step before tile element e.
     auto y_prev = [&](int e) {
       const int prev = e - static_cast<int>(fwd_step);
@@ -413,18 +430,19 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
 #pragma unroll
           for (int i = 0; i < kChunk; ++i) yp[i] = i > 0 ? to_acc<Acc>(ys[i > 0 ? i - 1 : i]) : y_outside;
         }
-        uint4 out;
+        uint4 out[kCoeffWords];
 #pragma unroll
         for (int i = 0; i < kChunk; ++i)
-          reinterpret_cast<T*>(&out)[i] = from_acc<T>(to_acc<Acc>(g[i]) * conj(b.start + e0 + i == first ? b.initial : yp[i]));
-        *reinterpret_cast<uint4*>(dc + b.start + e0) = out;
+          reinterpret_cast<Tc*>(out)[i] = from_acc<Tc>(to_acc<Acc>(g[i]) * conj(b.start + e0 + i == first ? b.initial : yp[i]));
+#pragma unroll
+        for (int w = 0; w < kCoeffWords; ++w) reinterpret_cast<uint4*>(dc + b.start + e0)[w] = out[w];
       }
     } else {
       for (int e = threadIdx.x; e < kTileLen; e += NT) {
         const int64_t pos = b.start + e;
         if (pos >= b.len) continue;
         const Acc g = to_acc<Acc>(staged_at<T, E>(tile_v, e));
-        dc[pos * es[kBwdDCoeffs]] = from_acc<T>(g * conj(pos == first ? b.initial : y_prev(e)));
+        dc[pos * es[kBwdDCoeffs]] = from_acc<Tc>(g * conj(pos == first ? b.initial : y_prev(e)));
       }
     }
     if (threadIdx.x == 0 && first >= b.start && first < b.start + kTileLen)
@@ -446,7 +464,8 @@ constexpr auto chained_kernel_for() {
 template <typename T, TileConfig C, bool kBackward>
 constexpr int chained_dynamic_smem_bytes() {
   if constexpr (C.memcode == MemCode::kStaged)
-    return 2 * staged_tile_bytes<T, C.elems_per_thread, C.threads_per_block>();
+    return staged_tile_bytes<values_t<T>, C.elems_per_thread, C.threads_per_block>() +
+           staged_tile_bytes<coeffs_t<T>, C.elems_per_thread, C.threads_per_block>();
   else
     return tiled_dynamic_smem_bytes<acc_t<T>, C>();
 }
@@ -510,7 +529,7 @@ void launch_chained(const Params& p, const TileConfig& config, cudaStream_t stre
     if (blocks > 0x7fffffff) throw std::runtime_error("linrec: " + name + " needs more than 2^31-1 blocks");
     if (blocks == 0) return;
     Params q = p;
-    const int64_t tile_input_bytes = 2 * C.tile_len() * int64_t(sizeof(T));
+    const int64_t tile_input_bytes = C.tile_len() * int64_t(sizeof(values_t<T>) + sizeof(coeffs_t<T>));
     q.chain_schedule = chained_schedule<kernel, C.threads_per_block, smem>(blocks, tile_input_bytes);
     q.chain_schedule.interleaved = p.num_seqs <= (kBackward ? kMaxInterleavedSeqsBwd : kMaxInterleavedSeqsFwd);
     launch_kernel<kernel>(static_cast<unsigned>(blocks), C.threads_per_block, smem, stream, q);

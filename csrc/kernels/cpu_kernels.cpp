@@ -19,6 +19,7 @@
 #include <torch/headeronly/util/complex.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "launch.h"
 
@@ -105,11 +106,12 @@ inline int64_t lane_offset(const SeqRun<kTensors>& r, int t, int k) {
 constexpr bool kFwdHasSteps[kNumFwdSlots] = {true, true, true, false};  // by FwdSlot
 
 // y[l] = c[l] * y[l-1] + x[l] along each lane's sequence; kLanes as in for_each_run.
-template <typename T, int kLanes>
+// Values are stored as T, coefficients as Tc (float32 beside 16-bit values, or T).
+template <typename T, typename Tc, int kLanes>
 void fwd_run(const ForwardParams& p, const SeqRun<kNumFwdSlots>& r) {
   using Acc = typename AccType<T>::type;
   const auto* x = static_cast<const T*>(p.inputs);
-  const auto* c = static_cast<const T*>(p.coeffs);
+  const auto* c = static_cast<const Tc*>(p.coeffs);
   const auto* h0 = static_cast<const T*>(p.initial);
   auto* y = static_cast<T*>(p.outputs);
   auto lane = [&](int t, int k) { return lane_offset<kLanes>(r, t, k); };
@@ -118,7 +120,7 @@ void fwd_run(const ForwardParams& p, const SeqRun<kNumFwdSlots>& r) {
   for (int k = 0; k < lanes; ++k) state[k] = h0 ? static_cast<Acc>(h0[r.first[kFwdInitial] + k * r.lane_stride[kFwdInitial]]) : Acc(0);
   for (int64_t i = 0; i < p.seq_len; ++i) {
     const T* __restrict__ xs = x + r.first[kFwdInputs] + i * r.step[kFwdInputs];
-    const T* __restrict__ cs = c + r.first[kFwdCoeffs] + i * r.step[kFwdCoeffs];
+    const Tc* __restrict__ cs = c + r.first[kFwdCoeffs] + i * r.step[kFwdCoeffs];
     T* __restrict__ ys = y + r.first[kFwdOutputs] + i * r.step[kFwdOutputs];
     for (int k = 0; k < lanes; ++k) {
       state[k] = static_cast<Acc>(cs[lane(kFwdCoeffs, k)]) * state[k] + static_cast<Acc>(xs[lane(kFwdInputs, k)]);
@@ -127,9 +129,9 @@ void fwd_run(const ForwardParams& p, const SeqRun<kNumFwdSlots>& r) {
   }
 }
 
-template <typename T>
+template <typename T, typename Tc>
 void fwd(const ForwardParams& p) {
-  for_each_run(p, kFwdHasSteps, [&]<int kLanes>(const SeqRun<kNumFwdSlots>& r) { fwd_run<T, kLanes>(p, r); });
+  for_each_run(p, kFwdHasSteps, [&]<int kLanes>(const SeqRun<kNumFwdSlots>& r) { fwd_run<T, Tc, kLanes>(p, r); });
 }
 
 constexpr bool kBwdHasSteps[kNumBwdSlots] = {true, true, true, false, true, true, false};  // by BwdSlot
@@ -141,15 +143,15 @@ constexpr bool kBwdHasSteps[kNumBwdSlots] = {true, true, true, false, true, true
 // with "+1" meaning one step later in the forward direction. Step i is the
 // forward's scan step i (SeqRun), walked from the last to the first. kLanes as
 // in for_each_run.
-template <typename T, int kLanes>
+template <typename T, typename Tc, int kLanes>
 void bwd_run(const BackwardParams& p, const SeqRun<kNumBwdSlots>& r) {
   using Acc = typename AccType<T>::type;
   const auto* dy = static_cast<const T*>(p.d_outputs);
-  const auto* c = static_cast<const T*>(p.coeffs);
+  const auto* c = static_cast<const Tc*>(p.coeffs);
   const auto* y = static_cast<const T*>(p.outputs);
   const auto* h0 = static_cast<const T*>(p.initial);
   auto* dx = static_cast<T*>(p.d_inputs);
-  auto* dc = static_cast<T*>(p.d_coeffs);
+  auto* dc = static_cast<Tc*>(p.d_coeffs);
   auto* dh0 = static_cast<T*>(p.d_initial);
   auto at = [&](int t, int64_t i) { return r.first[t] + i * r.step[t]; };  // lane 0's step i
   auto lane = [&](int t, int k) { return lane_offset<kLanes>(r, t, k); };
@@ -160,13 +162,13 @@ void bwd_run(const BackwardParams& p, const SeqRun<kNumBwdSlots>& r) {
   // One step of every lane; prev_out(k) is the forward's output one step before it.
   auto step = [&](int64_t i, auto prev_out) {
     const T* __restrict__ dys = dy + at(kBwdDOutputs, i);
-    const T* __restrict__ cs = c + at(kBwdCoeffs, i);
+    const Tc* __restrict__ cs = c + at(kBwdCoeffs, i);
     T* __restrict__ dxs = dx + at(kBwdDInputs, i);
-    T* __restrict__ dcs = dc + at(kBwdDCoeffs, i);
+    Tc* __restrict__ dcs = dc + at(kBwdDCoeffs, i);
     for (int k = 0; k < lanes; ++k) {
       grad[k] = next_coeff[k] * grad[k] + static_cast<Acc>(dys[lane(kBwdDOutputs, k)]);
       dxs[lane(kBwdDInputs, k)] = static_cast<T>(grad[k]);
-      dcs[lane(kBwdDCoeffs, k)] = static_cast<T>(grad[k] * conj(prev_out(k)));
+      dcs[lane(kBwdDCoeffs, k)] = static_cast<Tc>(grad[k] * conj(prev_out(k)));
       next_coeff[k] = conj(static_cast<Acc>(cs[lane(kBwdCoeffs, k)]));
     }
   };
@@ -182,28 +184,35 @@ void bwd_run(const BackwardParams& p, const SeqRun<kNumBwdSlots>& r) {
     dh0[r.first[kBwdDInitial] + k * r.lane_stride[kBwdDInitial]] = static_cast<T>(grad[k] * next_coeff[k]);
 }
 
-template <typename T>
+template <typename T, typename Tc>
 void bwd(const BackwardParams& p) {
-  for_each_run(p, kBwdHasSteps, [&]<int kLanes>(const SeqRun<kNumBwdSlots>& r) { bwd_run<T, kLanes>(p, r); });
+  for_each_run(p, kBwdHasSteps, [&]<int kLanes>(const SeqRun<kNumBwdSlots>& r) { bwd_run<T, Tc, kLanes>(p, r); });
 }
 
-template <template <typename> class Fn, typename P>
-void by_dtype(DType dtype, const P& p) {
-  switch (dtype) {
-    case DType::kFloat32: return Fn<float>::run(p);
-    case DType::kFloat64: return Fn<double>::run(p);
-    case DType::kFloat16: return Fn<c10::Half>::run(p);
-    case DType::kBFloat16: return Fn<c10::BFloat16>::run(p);
-    case DType::kComplex64: return Fn<c10::complex<float>>::run(p);
-    case DType::kComplex128: return Fn<c10::complex<double>>::run(p);
+// Calls Fn<T, Tc>::run(p) for the storage types of a call.
+template <template <typename, typename> class Fn, typename P>
+void by_storage(Storage storage, const P& p) {
+  if (storage.mixed()) {
+    if (storage.coeffs == DType::kFloat32 && storage.values == DType::kFloat16) return Fn<c10::Half, float>::run(p);
+    if (storage.coeffs == DType::kFloat32 && storage.values == DType::kBFloat16) return Fn<c10::BFloat16, float>::run(p);
+    throw std::invalid_argument("linrec: coefficients of another dtype than the inputs' are float32 beside "
+                                "float16 or bfloat16 inputs only");
+  }
+  switch (storage.values) {
+    case DType::kFloat32: return Fn<float, float>::run(p);
+    case DType::kFloat64: return Fn<double, double>::run(p);
+    case DType::kFloat16: return Fn<c10::Half, c10::Half>::run(p);
+    case DType::kBFloat16: return Fn<c10::BFloat16, c10::BFloat16>::run(p);
+    case DType::kComplex64: return Fn<c10::complex<float>, c10::complex<float>>::run(p);
+    case DType::kComplex128: return Fn<c10::complex<double>, c10::complex<double>>::run(p);
   }
 }
-template <typename T> struct Fwd { static void run(const ForwardParams& p) { fwd<T>(p); } };
-template <typename T> struct Bwd { static void run(const BackwardParams& p) { bwd<T>(p); } };
+template <typename T, typename Tc> struct Fwd { static void run(const ForwardParams& p) { fwd<T, Tc>(p); } };
+template <typename T, typename Tc> struct Bwd { static void run(const BackwardParams& p) { bwd<T, Tc>(p); } };
 
 }  // namespace
 
-void cpu_fwd(const ForwardParams& p, DType dtype) { by_dtype<Fwd>(dtype, p); }
-void cpu_bwd(const BackwardParams& p, DType dtype) { by_dtype<Bwd>(dtype, p); }
+void cpu_fwd(const ForwardParams& p, Storage storage) { by_storage<Fwd>(storage, p); }
+void cpu_bwd(const BackwardParams& p, Storage storage) { by_storage<Bwd>(storage, p); }
 
 }  // namespace linrec

@@ -49,6 +49,9 @@ LINREC_DECLARE_ALL(float)
 LINREC_DECLARE_ALL(double)
 LINREC_DECLARE_ALL(__half)
 LINREC_DECLARE_ALL(__nv_bfloat16)
+// Mixed storage: 16-bit values beside float32 coefficients (dtype.cuh).
+LINREC_DECLARE_ALL(MixedHalf)
+LINREC_DECLARE_ALL(MixedBFloat16)
 // Complex storage: every family but pipe (and the ref kernels, instantiated here); the chained
 // kernels at their staged configs, the tile kernel at its vector ones (dispatch.h).
 #define LINREC_DECLARE_COMPLEX(T)                              \
@@ -73,6 +76,18 @@ void by_dtype(DType dtype, Fn&& fn) {
   }
 }
 
+// Calls fn.template operator()<S>() for the kernels' storage parameter S of a call.
+template <typename Fn>
+void by_storage(Storage storage, Fn&& fn) {
+  if (!storage.mixed()) return by_dtype(storage.values, fn);
+  if (storage.coeffs == DType::kFloat32 && storage.values == DType::kFloat16)
+    return fn.template operator()<MixedHalf>();
+  if (storage.coeffs == DType::kFloat32 && storage.values == DType::kBFloat16)
+    return fn.template operator()<MixedBFloat16>();
+  throw std::invalid_argument("linrec: coefficients of another dtype than the inputs' are float32 beside "
+                              "float16 or bfloat16 inputs only");
+}
+
 template <typename T, bool kBackward, typename Params>
 void launch_ref(const Params& p, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((p.num_seqs + kRefThreadsPerBlock - 1) / kRefThreadsPerBlock);
@@ -82,10 +97,10 @@ void launch_ref(const Params& p, cudaStream_t stream) {
 }
 
 template <bool kBackward, typename Params>
-void launch(const Params& p, DType dtype, KernelKind kind, const TileConfig& config, cudaStream_t stream) {
+void launch(const Params& p, Storage storage, KernelKind kind, const TileConfig& config, cudaStream_t stream) {
   if (p.chain_workspace != nullptr)
-    clear_workspace(p.chain_workspace, cuda_workspace_bytes(dtype, kind, p.num_seqs, p.seq_len, config), stream);
-  by_dtype(dtype, [&]<typename T>() {
+    clear_workspace(p.chain_workspace, cuda_workspace_bytes(storage, kind, p.num_seqs, p.seq_len, config), stream);
+  by_storage(storage, [&]<typename T>() {
     if (kind == KernelKind::kRef) return launch_ref<T, kBackward>(p, stream);
     if (kind == KernelKind::kChained) return launch_chained<T, kBackward>(p, config, stream);
     if (kind == KernelKind::kStrided) return launch_strided<T, kBackward>(p, config, stream);
@@ -105,10 +120,10 @@ cudaFuncAttributes attrs_of(bool backward, KernelVariant variant, const TileConf
 
 }  // namespace
 
-int64_t cuda_workspace_bytes(DType dtype, KernelKind kind, int64_t num_seqs, int64_t seq_len,
+int64_t cuda_workspace_bytes(Storage storage, KernelKind kind, int64_t num_seqs, int64_t seq_len,
                              const TileConfig& config) {
   int64_t bytes = 0;
-  by_dtype(dtype, [&]<typename T>() {
+  by_storage(storage, [&]<typename T>() {
     if (kind == KernelKind::kChained) bytes = chained_workspace_bytes<T>(num_seqs, seq_len, config);
     if (kind == KernelKind::kStrided) bytes = strided_workspace_bytes<T>(num_seqs, seq_len, config);
   });
@@ -145,12 +160,12 @@ double cuda_dram_bytes_per_ns(int device) {
   return 2.0 * clock_khz * 1e3 * (bus_bits / 8) * 1e-9;  // double data rate; 0 if either query failed
 }
 
-void cuda_fwd(const ForwardParams& p, DType dtype, KernelKind kind, const TileConfig& config, void* stream) {
-  launch<false>(p, dtype, kind, config, static_cast<cudaStream_t>(stream));
+void cuda_fwd(const ForwardParams& p, Storage storage, KernelKind kind, const TileConfig& config, void* stream) {
+  launch<false>(p, storage, kind, config, static_cast<cudaStream_t>(stream));
 }
 
-void cuda_bwd(const BackwardParams& p, DType dtype, KernelKind kind, const TileConfig& config, void* stream) {
-  launch<true>(p, dtype, kind, config, static_cast<cudaStream_t>(stream));
+void cuda_bwd(const BackwardParams& p, Storage storage, KernelKind kind, const TileConfig& config, void* stream) {
+  launch<true>(p, storage, kind, config, static_cast<cudaStream_t>(stream));
 }
 
 FuncAttrs cuda_func_attrs(DType dtype, KernelKind kind, bool backward, KernelVariant variant,

@@ -7,19 +7,19 @@
 namespace linrec {
 
 // CPU: sequential scan per sequence, sequences in parallel (cpu_kernels.cpp).
-void cpu_fwd(const ForwardParams& p, DType dtype);
-void cpu_bwd(const BackwardParams& p, DType dtype);
+void cpu_fwd(const ForwardParams& p, Storage storage);
+void cpu_bwd(const BackwardParams& p, Storage storage);
 
 #if defined(LINREC_WITH_CUDA)
 // CUDA (kernels/*.cu). `stream` is a cudaStream_t. The TileConfig is ignored by ref.
 // The chained and strided kinds need p.chain_workspace: cuda_workspace_bytes bytes, which
 // the launch clears on the stream before the scan (workspace.cuh).
-void cuda_fwd(const ForwardParams& p, DType dtype, KernelKind kind, const TileConfig& config,
+void cuda_fwd(const ForwardParams& p, Storage storage, KernelKind kind, const TileConfig& config,
               void* stream);
-void cuda_bwd(const BackwardParams& p, DType dtype, KernelKind kind, const TileConfig& config,
+void cuda_bwd(const BackwardParams& p, Storage storage, KernelKind kind, const TileConfig& config,
               void* stream);
 // Bytes of workspace a kernel needs for this call (see lookback.cuh); 0 if none.
-int64_t cuda_workspace_bytes(DType dtype, KernelKind kind, int64_t num_seqs, int64_t seq_len,
+int64_t cuda_workspace_bytes(Storage storage, KernelKind kind, int64_t num_seqs, int64_t seq_len,
                              const TileConfig& config);
 // Streaming multiprocessors of a device (0 if it cannot be read).
 int cuda_sm_count(int device);

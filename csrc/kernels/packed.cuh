@@ -67,9 +67,11 @@ __device__ __forceinline__ void scan_segment(Acc (&y)[E], Acc (&c)[E], bool rev,
   for (int i = 0; i < E; ++i) y[i] = c[i] * before_thread + y[i];
 }
 
-template <typename T, int E, int NT>
+template <typename S, int E, int NT>
 __global__ void __launch_bounds__(NT) packed_fwd_kernel(const ForwardParams p) {
-  using Acc = acc_t<T>;
+  using T = values_t<S>;
+  using Tc = coeffs_t<S>;
+  using Acc = acc_t<S>;
   const int shift = packed_width_shift<E>(p.seq_len), width = 1 << shift;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * (NT >> shift) + (threadIdx.x >> shift);
   // Every lane takes part in the shuffles; lanes past the last sequence see length 0.
@@ -82,15 +84,17 @@ __global__ void __launch_bounds__(NT) packed_fwd_kernel(const ForwardParams p) {
   wait_for_prior_grid();
   Acc xs[E], cs[E];
   load_vector(xs, static_cast<const T*>(p.inputs) + off[kFwdInputs], es[kFwdInputs], first, len, Acc(0));
-  load_vector(cs, static_cast<const T*>(p.coeffs) + off[kFwdCoeffs], es[kFwdCoeffs], first, len, Acc(1));
+  load_vector(cs, static_cast<const Tc*>(p.coeffs) + off[kFwdCoeffs], es[kFwdCoeffs], first, len, Acc(1));
   const Acc initial = p.initial && active ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kFwdInitial]]) : Acc(0);
   scan_segment(xs, cs, p.reverse, width, initial);
   store_vector(static_cast<T*>(p.outputs) + off[kFwdOutputs], es[kFwdOutputs], xs, first, len);
 }
 
-template <typename T, int E, int NT>
+template <typename S, int E, int NT>
 __global__ void __launch_bounds__(NT) packed_bwd_kernel(const BackwardParams p) {
-  using Acc = acc_t<T>;
+  using T = values_t<S>;
+  using Tc = coeffs_t<S>;
+  using Acc = acc_t<S>;
   const int shift = packed_width_shift<E>(p.seq_len), width = 1 << shift;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * (NT >> shift) + (threadIdx.x >> shift);
   const bool active = n < p.num_seqs;
@@ -106,7 +110,7 @@ __global__ void __launch_bounds__(NT) packed_bwd_kernel(const BackwardParams p) 
 
   Acc gs[E], cs[E];
   load_vector(gs, static_cast<const T*>(p.d_outputs) + off[kBwdDOutputs], es[kBwdDOutputs], first, len, Acc(0));
-  load_vector(cs, static_cast<const T*>(p.coeffs) + off[kBwdCoeffs], es[kBwdCoeffs], first, len, Acc(1));
+  load_vector(cs, static_cast<const Tc*>(p.coeffs) + off[kBwdCoeffs], es[kBwdCoeffs], first, len, Acc(1));
   Acc first_coeff = Acc(0);  // conj(coeffs[first_step]), if this thread holds it
 #pragma unroll
   for (int i = 0; i < E; ++i)
@@ -126,21 +130,22 @@ __global__ void __launch_bounds__(NT) packed_bwd_kernel(const BackwardParams p) 
     if (active && first + i == first_step) static_cast<T*>(p.d_initial)[off[kBwdDInitial]] = from_acc<T>(gs[i] * first_coeff);
     ys[i] = gs[i] * conj(ys[i]);
   }
-  store_vector(static_cast<T*>(p.d_coeffs) + off[kBwdDCoeffs], es[kBwdDCoeffs], ys, first, len);
+  store_vector(static_cast<Tc*>(p.d_coeffs) + off[kBwdDCoeffs], es[kBwdDCoeffs], ys, first, len);
 }
 
 // The forward over aligned rows. A lane past its sequence's end (len < width * E)
 // holds identity steps (x = 0, c = 1), so the segment's scan passes through it.
-template <typename T, int E, int NT, bool kRev>
+template <typename S, int E, int NT, bool kRev>
 __global__ void __launch_bounds__(NT) packed_rows_fwd_kernel(const AlignedRows<kNumFwdSlots> p) {
-  using Acc = acc_t<T>;
+  using T = values_t<S>;
+  using Acc = acc_t<S>;
   const int shift = p.width_shift, width = 1 << shift;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * (NT >> shift) + (threadIdx.x >> shift);
   const int first = (threadIdx.x & (width - 1)) * E;
   const bool active = n < p.num_seqs;
   const bool holds = active && first < p.seq_len;  // seq_len is a multiple of E: whole vectors
   Acc xs[E], cs[E];
-  load_fwd_row<T>(xs, cs, p, n, first, holds);
+  load_fwd_row<S>(xs, cs, p, n, first, holds);
   const Acc initial =
       p.data[kFwdInitial] && active ? to_acc<Acc>(*row_of<const T>(p, kFwdInitial, n)) : Acc(0);
   scan_segment(xs, cs, kRev, width, initial);
@@ -148,9 +153,11 @@ __global__ void __launch_bounds__(NT) packed_rows_fwd_kernel(const AlignedRows<k
 }
 
 // The fused backward over aligned rows; the same steps as packed_bwd_kernel.
-template <typename T, int E, int NT, bool kFwdRev>
+template <typename S, int E, int NT, bool kFwdRev>
 __global__ void __launch_bounds__(NT) packed_rows_bwd_kernel(const AlignedRows<kNumBwdSlots> p) {
-  using Acc = acc_t<T>;
+  using T = values_t<S>;
+  using Tc = coeffs_t<S>;
+  using Acc = acc_t<S>;
   const int shift = p.width_shift, width = 1 << shift;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * (NT >> shift) + (threadIdx.x >> shift);
   const int first = (threadIdx.x & (width - 1)) * E;
@@ -168,7 +175,7 @@ __global__ void __launch_bounds__(NT) packed_rows_bwd_kernel(const AlignedRows<k
   fill(ys, Acc(0));
   if (holds) {
     load_aligned(gs, row_of<const T>(p, kBwdDOutputs, n) + first);
-    load_aligned(cs, row_of<const T>(p, kBwdCoeffs, n) + first);
+    load_aligned(cs, row_of<const Tc>(p, kBwdCoeffs, n) + first);
     load_aligned(ys, row_of<const T>(p, kBwdOutputs, n) + first);
   }
   Acc first_coeff = Acc(0);  // conj(coeffs[first_step]), if this thread holds it
@@ -188,7 +195,7 @@ __global__ void __launch_bounds__(NT) packed_rows_bwd_kernel(const AlignedRows<k
     if (active && first + i == first_step) *row_of<T>(p, kBwdDInitial, n) = from_acc<T>(gs[i] * first_coeff);
     ys[i] = gs[i] * conj(ys[i]);
   }
-  if (holds) store_aligned(row_of<T>(p, kBwdDCoeffs, n) + first, ys);
+  if (holds) store_aligned(row_of<Tc>(p, kBwdDCoeffs, n) + first, ys);
 }
 
 template <typename T, TileConfig C, bool kBackward>

@@ -17,16 +17,18 @@ __device__ __forceinline__ int64_t this_thread_seq() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
 
-template <typename T>
+template <typename S>
 __global__ void __launch_bounds__(kRefThreadsPerBlock) ref_fwd_kernel(const ForwardParams p) {
-  using Acc = acc_t<T>;
+  using T = values_t<S>;
+  using Tc = coeffs_t<S>;
+  using Acc = acc_t<S>;
   const int64_t n = this_thread_seq();
   if (n >= p.num_seqs) return;
   wait_for_prior_grid();
   int64_t off[kNumFwdSlots];
   p.index.offsets(n, off);
   const T* __restrict__ x = static_cast<const T*>(p.inputs) + off[kFwdInputs];
-  const T* __restrict__ c = static_cast<const T*>(p.coeffs) + off[kFwdCoeffs];
+  const Tc* __restrict__ c = static_cast<const Tc*>(p.coeffs) + off[kFwdCoeffs];
   T* __restrict__ y = static_cast<T*>(p.outputs) + off[kFwdOutputs];
   const auto& es = p.index.elem_strides;
   const int64_t len = p.seq_len;
@@ -39,19 +41,21 @@ __global__ void __launch_bounds__(kRefThreadsPerBlock) ref_fwd_kernel(const Forw
   }
 }
 
-template <typename T>
+template <typename S>
 __global__ void __launch_bounds__(kRefThreadsPerBlock) ref_bwd_kernel(const BackwardParams p) {
-  using Acc = acc_t<T>;
+  using T = values_t<S>;
+  using Tc = coeffs_t<S>;
+  using Acc = acc_t<S>;
   const int64_t n = this_thread_seq();
   if (n >= p.num_seqs) return;
   wait_for_prior_grid();
   int64_t off[kNumBwdSlots];
   p.index.offsets(n, off);
   const T* __restrict__ dy = static_cast<const T*>(p.d_outputs) + off[kBwdDOutputs];
-  const T* __restrict__ c = static_cast<const T*>(p.coeffs) + off[kBwdCoeffs];
+  const Tc* __restrict__ c = static_cast<const Tc*>(p.coeffs) + off[kBwdCoeffs];
   const T* __restrict__ y = static_cast<const T*>(p.outputs) + off[kBwdOutputs];
   T* __restrict__ dx = static_cast<T*>(p.d_inputs) + off[kBwdDInputs];
-  T* __restrict__ dc = static_cast<T*>(p.d_coeffs) + off[kBwdDCoeffs];
+  Tc* __restrict__ dc = static_cast<Tc*>(p.d_coeffs) + off[kBwdDCoeffs];
   const auto& es = p.index.elem_strides;
   const int64_t len = p.seq_len;
   const Acc initial = p.initial ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kBwdInitial]]) : Acc(0);
@@ -63,7 +67,7 @@ __global__ void __launch_bounds__(kRefThreadsPerBlock) ref_bwd_kernel(const Back
     grad = next_coeff * grad + to_acc<Acc>(dy[l * es[kBwdDOutputs]]);
     const Acc prev_out = i == 0 ? initial : to_acc<Acc>(y[l_prev * es[kBwdOutputs]]);
     dx[l * es[kBwdDInputs]] = from_acc<T>(grad);
-    dc[l * es[kBwdDCoeffs]] = from_acc<T>(grad * conj(prev_out));
+    dc[l * es[kBwdDCoeffs]] = from_acc<Tc>(grad * conj(prev_out));
     next_coeff = conj(to_acc<Acc>(c[l * es[kBwdCoeffs]]));
   }
   static_cast<T*>(p.d_initial)[off[kBwdDInitial]] = from_acc<T>(grad * next_coeff);

@@ -30,44 +30,47 @@ __device__ __forceinline__ void fill(Acc (&v)[E], Acc value) {
 // The forward's loads: this thread's E inputs and coefficients of sequence n from
 // element `first`, or identity steps (x = 0, c = 1) where it holds none. Waits for
 // the prior grid (grid_launch.cuh) before touching global memory.
-template <typename T, int E, typename Acc>
+template <typename S, int E, typename Acc>
 __device__ __forceinline__ void load_fwd_row(Acc (&xs)[E], Acc (&cs)[E], const AlignedRows<kNumFwdSlots>& p,
                                              int64_t n, int first, bool holds) {
   fill(xs, Acc(0));
   fill(cs, Acc(1));
   wait_for_prior_grid();
   if (holds) {
-    load_aligned(xs, row_of<const T>(p, kFwdInputs, n) + first);
-    load_aligned(cs, row_of<const T>(p, kFwdCoeffs, n) + first);
+    load_aligned(xs, row_of<const values_t<S>>(p, kFwdInputs, n) + first);
+    load_aligned(cs, row_of<const coeffs_t<S>>(p, kFwdCoeffs, n) + first);
   }
 }
 
-// Each slot's pointer, and whether it holds one state a sequence (no time axis).
+// Each slot's pointer, whether it holds one state a sequence (no time axis),
+// and whether it holds coefficients (coeffs_t of the storage; the rest values_t).
 struct SlotData {
   const void* ptr;
   bool state;
+  bool coeffs;
 };
 inline std::array<SlotData, kNumFwdSlots> slot_data(const ForwardParams& p) {
-  return {{{p.inputs, false}, {p.coeffs, false}, {p.outputs, false}, {p.initial, true}}};
+  return {{{p.inputs, false, false}, {p.coeffs, false, true}, {p.outputs, false, false}, {p.initial, true, false}}};
 }
 inline std::array<SlotData, kNumBwdSlots> slot_data(const BackwardParams& p) {
-  return {{{p.d_outputs, false}, {p.coeffs, false}, {p.outputs, false}, {p.initial, true},
-           {p.d_inputs, false}, {p.d_coeffs, false}, {p.d_initial, true}}};
+  return {{{p.d_outputs, false, false}, {p.coeffs, false, true}, {p.outputs, false, false}, {p.initial, true, false},
+           {p.d_inputs, false, false}, {p.d_coeffs, false, true}, {p.d_initial, true, false}}};
 }
 
 // Fills `rows` (all but width_shift) and returns true when every sequence
 // tensor of p holds its sequences as rows of whole vectors of E elements: one
 // sequence dim at most, unit element stride, seq_len a multiple of E, rows and
 // pointers aligned.
-template <typename T, int E, int K, typename Params>
+template <typename S, int E, int K, typename Params>
 bool aligned_rows(const Params& p, AlignedRows<K>& rows) {
-  constexpr int kVecBytes = vec_bytes<T, E>();
   if (p.index.num_dims > 1 || p.seq_len % E != 0) return false;
   const std::array<SlotData, K> slots = slot_data(p);
   for (int t = 0; t < K; ++t) {
     const int64_t row = p.index.num_dims == 1 ? p.index.seq_strides[t][0] : 0;
-    if (!slots[t].state && (p.index.elem_strides[t] != 1 || row * static_cast<int64_t>(sizeof(T)) % kVecBytes != 0 ||
-                            reinterpret_cast<std::uintptr_t>(slots[t].ptr) % kVecBytes != 0))
+    const int64_t elem_bytes = slots[t].coeffs ? sizeof(coeffs_t<S>) : sizeof(values_t<S>);
+    const int64_t vec = slots[t].coeffs ? vec_bytes<coeffs_t<S>, E>() : vec_bytes<values_t<S>, E>();
+    if (!slots[t].state && (p.index.elem_strides[t] != 1 || row * elem_bytes % vec != 0 ||
+                            reinterpret_cast<std::uintptr_t>(slots[t].ptr) % vec != 0))
       return false;
     rows.data[t] = const_cast<void*>(slots[t].ptr);
     rows.row_stride[t] = row;

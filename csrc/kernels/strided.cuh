@@ -304,9 +304,11 @@ __device__ __forceinline__ void resolve_chunk(StridedStorage<Acc, V>& st, const 
 }
 
 // The slice held in registers (MemCode::kDirect).
-template <typename T, int E, int NT, int V, bool kBackward, bool kLaneGroups, typename Params>
+template <typename S, int E, int NT, int V, bool kBackward, bool kLaneGroups, typename Params>
 __global__ void __launch_bounds__(NT) strided_kernel(const Params p) {
-  using Acc = acc_t<T>;
+  using T = values_t<S>;
+  using Tc = coeffs_t<S>;
+  using Acc = acc_t<S>;
   using Thread = StridedThread<E, NT, V, kBackward, kLaneGroups>;
   __shared__ StridedStorage<Acc, V> st;
   wait_for_prior_grid();
@@ -315,7 +317,7 @@ __global__ void __launch_bounds__(NT) strided_kernel(const Params p) {
   const T* v_ptr;
   if constexpr (kBackward) v_ptr = static_cast<const T*>(p.d_outputs) + t.off[0][Thread::kV];
   else v_ptr = static_cast<const T*>(p.inputs) + t.off[0][Thread::kV];
-  const T* c_ptr = static_cast<const T*>(p.coeffs) + t.off[0][Thread::kC];
+  const Tc* c_ptr = static_cast<const Tc*>(p.coeffs) + t.off[0][Thread::kC];
   const int64_t sv = es[Thread::kV], sc = es[Thread::kC];
 
   // Step 1. The backward's coefficient at step q is coeffs one forward step
@@ -387,7 +389,7 @@ __global__ void __launch_bounds__(NT) strided_kernel(const Params p) {
     const bool has_last = t.first_q <= t.len - 1 && t.len - 1 < t.first_q + E;
     if (has_last) load_channels<V>(last_coeff, c_ptr + t.pos(t.len - 1) * sc);
     T* dx = static_cast<T*>(p.d_inputs) + t.off[0][kBwdDInputs];
-    T* dc = static_cast<T*>(p.d_coeffs) + t.off[0][kBwdDCoeffs];
+    Tc* dc = static_cast<Tc*>(p.d_coeffs) + t.off[0][kBwdDCoeffs];
 #pragma unroll
     for (int i = 0; i < E; ++i) {
       const int64_t q = t.first_q + i;
@@ -416,14 +418,15 @@ __global__ void __launch_bounds__(NT) strided_kernel(const Params p) {
 template <typename T, int V>
 struct StagedChannels {
   static constexpr int kBytes = static_cast<int>(sizeof(ChannelVec<T, V>));
-  // The slot of tensor s, step i, thread x: a warp's 32 slots of a step are contiguous.
+  // A tensor's slots take E * NT * kBytes bytes (its region). The slot of step
+  // i, thread x: a warp's 32 slots of a step are contiguous.
   template <int E, int NT>
-  static __device__ __forceinline__ ChannelVec<T, V>* slot(unsigned char* staged, int s, int i) {
-    return reinterpret_cast<ChannelVec<T, V>*>(staged) + (s * E + i) * NT + threadIdx.x;
+  static constexpr int region_bytes() {
+    return E * NT * kBytes;
   }
   template <int E, int NT>
-  static constexpr int smem_bytes(bool backward) {
-    return (backward ? 3 : 2) * E * NT * kBytes;
+  static __device__ __forceinline__ ChannelVec<T, V>* slot(unsigned char* region, int i) {
+    return reinterpret_cast<ChannelVec<T, V>*>(region) + i * NT + threadIdx.x;
   }
   // Copies the V channels at `src` into `dst`, or writes `fill` when !in. Two
   // bytes (one 16-bit channel) are below cp.async's minimum: copied directly.
@@ -445,17 +448,32 @@ struct StagedChannels {
   }
 };
 
-template <typename T, int E, int NT, int V, bool kBackward, bool kLaneGroups, typename Params>
+// The staged strided kernels' shared memory: regions of the values, the
+// coefficients and (backward) the forward's outputs, in that order.
+template <typename S, int E, int NT, int V, bool kBackward>
+constexpr int strided_staged_smem_bytes() {
+  constexpr int values = StagedChannels<values_t<S>, V>::template region_bytes<E, NT>();
+  return (kBackward ? 2 : 1) * values + StagedChannels<coeffs_t<S>, V>::template region_bytes<E, NT>();
+}
+
+template <typename S, int E, int NT, int V, bool kBackward, bool kLaneGroups, typename Params>
 __global__ void __launch_bounds__(NT) strided_staged_kernel(const Params p) {
-  using Acc = acc_t<T>;
+  using T = values_t<S>;
+  using Tc = coeffs_t<S>;
+  using Acc = acc_t<S>;
   using Thread = StridedThread<E, NT, V, kBackward, kLaneGroups>;
   using Staged = StagedChannels<T, V>;
+  using StagedC = StagedChannels<Tc, V>;
   __shared__ StridedStorage<Acc, V> st;
   extern __shared__ __align__(16) unsigned char staged[];
   wait_for_prior_grid();
   const Thread t = strided_thread<E, NT, V, kBackward, kLaneGroups>(p);
   const auto& es = p.index.elem_strides;
-  auto slot = [&](int s, int i) { return Staged::template slot<E, NT>(staged, s, i); };
+  unsigned char* const region_c = staged + Staged::template region_bytes<E, NT>();
+  unsigned char* const region_y = region_c + StagedC::template region_bytes<E, NT>();
+  auto slot_v = [&](int i) { return Staged::template slot<E, NT>(staged, i); };
+  auto slot_c = [&](int i) { return StagedC::template slot<E, NT>(region_c, i); };
+  auto slot_y = [&](int i) { return Staged::template slot<E, NT>(region_y, i); };
   // Pointers walk the slice one scan step at a time (fully unrolled, 64-bit
   // addresses for every step cost the backward up to 150 registers a thread).
   const int64_t dir = t.rev ? -1 : 1;
@@ -463,20 +481,20 @@ __global__ void __launch_bounds__(NT) strided_staged_kernel(const Params p) {
   const T* v_ptr;
   if constexpr (kBackward) v_ptr = static_cast<const T*>(p.d_outputs) + t.off[0][Thread::kV];
   else v_ptr = static_cast<const T*>(p.inputs) + t.off[0][Thread::kV];
-  const T* c_ptr = static_cast<const T*>(p.coeffs) + t.off[0][Thread::kC];
+  const Tc* c_ptr = static_cast<const Tc*>(p.coeffs) + t.off[0][Thread::kC];
 
   // Step 1: stage, then fold. The backward's coefficient at step q is at scan
   // step q - 1 (as in strided_kernel), its forward output at q + 1.
   {
     constexpr int kCoeffLag = kBackward ? 1 : 0;
     const T* v_at = v_ptr + t.pos(t.first_q) * es[Thread::kV];
-    const T* c_at = c_ptr + t.pos(t.first_q - kCoeffLag) * es[Thread::kC];
+    const Tc* c_at = c_ptr + t.pos(t.first_q - kCoeffLag) * es[Thread::kC];
 #pragma unroll 4
     for (int i = 0; i < E; ++i, v_at += sv, c_at += sc) {
       const int64_t q = t.first_q + i;
       const bool in = t.active && q < t.len;
-      Staged::stage(slot(0, i), v_at, in, from_acc<T>(Acc(0)));
-      Staged::stage(slot(1, i), c_at, in && q >= kCoeffLag, from_acc<T>(Acc(1)));
+      Staged::stage(slot_v(i), v_at, in, from_acc<T>(Acc(0)));
+      StagedC::stage(slot_c(i), c_at, in && q >= kCoeffLag, from_acc<Tc>(Acc(1)));
     }
     cp_async_commit();
   }
@@ -485,7 +503,7 @@ __global__ void __launch_bounds__(NT) strided_staged_kernel(const Params p) {
     const T* y_at = static_cast<const T*>(p.outputs) + t.off[0][kBwdOutputs] + t.pos(t.first_q + 1) * es[kBwdOutputs];
 #pragma unroll 4
     for (int i = 0; i < E; ++i, y_at += sy)
-      Staged::stage(slot(2, i), y_at, t.active && t.first_q + i + 1 < t.len, from_acc<T>(Acc(0)));
+      Staged::stage(slot_y(i), y_at, t.active && t.first_q + i + 1 < t.len, from_acc<T>(Acc(0)));
     cp_async_commit();
     cp_async_wait<1>();
   } else {
@@ -497,8 +515,8 @@ __global__ void __launch_bounds__(NT) strided_staged_kernel(const Params p) {
 #pragma unroll 4
   for (int i = 0; i < E; ++i) {
     Acc v[V], a[V];
-    Staged::read(v, slot(0, i));
-    Staged::read(a, slot(1, i));
+    Staged::read(v, slot_v(i));
+    StagedC::read(a, slot_c(i));
     conj_in_backward<kBackward>(a);
     fold_step(slice_y, slice_c, a, v);
   }
@@ -517,8 +535,8 @@ __global__ void __launch_bounds__(NT) strided_staged_kernel(const Params p) {
 #pragma unroll 4
     for (int i = 0; i < steps; ++i, y_at += so) {
       Acc v[V], a[V];
-      Staged::read(v, slot(0, i));
-      Staged::read(a, slot(1, i));
+      Staged::read(v, slot_v(i));
+      StagedC::read(a, slot_c(i));
       scan_step(state, a, v);
       store_channels<V>(y_at, state);
     }
@@ -530,14 +548,14 @@ __global__ void __launch_bounds__(NT) strided_staged_kernel(const Params p) {
     if (has_last) load_channels<V>(last_coeff, c_ptr + t.pos(t.len - 1) * es[Thread::kC]);
     const int64_t sx = dir * es[kBwdDInputs], sdc = dir * es[kBwdDCoeffs];
     T* dx_at = static_cast<T*>(p.d_inputs) + t.off[0][kBwdDInputs] + t.pos(t.first_q) * es[kBwdDInputs];
-    T* dc_at = static_cast<T*>(p.d_coeffs) + t.off[0][kBwdDCoeffs] + t.pos(t.first_q) * es[kBwdDCoeffs];
+    Tc* dc_at = static_cast<Tc*>(p.d_coeffs) + t.off[0][kBwdDCoeffs] + t.pos(t.first_q) * es[kBwdDCoeffs];
     cp_async_wait<0>();
 #pragma unroll 4
     for (int i = 0; i < steps; ++i, dx_at += sx, dc_at += sdc) {
       Acc v[V], a[V], y_prev[V];
-      Staged::read(v, slot(0, i));
-      Staged::read(a, slot(1, i));
-      Staged::read(y_prev, slot(2, i));
+      Staged::read(v, slot_v(i));
+      StagedC::read(a, slot_c(i));
+      Staged::read(y_prev, slot_y(i));
       const bool last = t.first_q + i == t.len - 1;
       conj_in_backward<kBackward>(a);
       scan_step(state, a, v);
@@ -567,7 +585,7 @@ constexpr auto strided_kernel_for() {
 template <typename T, TileConfig C, int V, bool kBackward>
 constexpr int strided_dynamic_smem_bytes() {
   if constexpr (C.memcode == MemCode::kStaged)
-    return StagedChannels<T, V>::template smem_bytes<C.elems_per_thread, C.threads_per_block>(kBackward);
+    return strided_staged_smem_bytes<T, C.elems_per_thread, C.threads_per_block, V, kBackward>();
   else
     return 0;
 }

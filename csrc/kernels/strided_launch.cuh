@@ -28,16 +28,24 @@ bool all_scanned_tensors(const Params& p, Pred holds) {
   }
 }
 
-// Whether each lane may scan two adjacent channels: 16-bit storage, and in
+// Whether slot t of Params holds coefficients or their gradient (coeffs_t of the storage).
+template <typename Params>
+constexpr bool is_coeffs_slot(int t) {
+  if constexpr (std::is_same_v<Params, ForwardParams>) return t == kFwdCoeffs;
+  else return t == kBwdCoeffs || t == kBwdDCoeffs;
+}
+
+// Whether each lane may scan two adjacent channels: 16-bit values, and in
 // every scanned tensor the innermost sequence dimension is unit-stride and
 // even, and every other stride and the base are even, so each lane's pair is
-// one aligned 4-byte word.
-template <typename T, typename Params>
+// one aligned word (4 bytes; 8 for float32 coefficients in mixed storage).
+template <typename S, typename Params>
 bool strided_pairs_channels(const Params& p) {
   const auto& ix = p.index;
-  if (sizeof(T) != 2 || ix.num_dims == 0 || ix.sizes[ix.num_dims - 1] % 2 != 0) return false;
+  if (sizeof(values_t<S>) != 2 || ix.num_dims == 0 || ix.sizes[ix.num_dims - 1] % 2 != 0) return false;
   return all_scanned_tensors(p, [&](int t, const void* data) {
-    if (reinterpret_cast<uintptr_t>(data) % (2 * sizeof(T)) != 0) return false;
+    const size_t elem_bytes = is_coeffs_slot<Params>(t) ? sizeof(coeffs_t<S>) : sizeof(values_t<S>);
+    if (reinterpret_cast<uintptr_t>(data) % (2 * elem_bytes) != 0) return false;
     if (ix.seq_strides[t][ix.num_dims - 1] != 1 || ix.elem_strides[t] % 2 != 0) return false;
     for (int k = 0; k + 1 < ix.num_dims; ++k)
       if (ix.seq_strides[t][k] % 2 != 0) return false;
@@ -59,11 +67,12 @@ bool strided_pairs_channels(const Params& p) {
 // From 32-byte rows a thread's own copies fill whole sectors, and the backward
 // loses. LINREC_STRIDED_FLAT=0 in the environment turns it off (A/B timing).
 // Complex storage (rows of one or two complex64) keeps the lane-group kernel:
-// the dense kernel's backward is written for real values only.
+// the dense kernel's backward is written for real values only; so does mixed
+// storage, whose tensors' rows differ in bytes.
 constexpr int kFlatMaxRowBytes = 16;
 template <typename T, typename Params>
 bool strided_dense_rows(const Params& p) {
-  if constexpr (kIsComplex<T>) return false;
+  if constexpr (kIsComplex<T> || kIsMixed<T>) return false;
   static const bool enabled = [] {
     const char* v = std::getenv("LINREC_STRIDED_FLAT");
     return v == nullptr || v[0] != '0';
@@ -83,7 +92,7 @@ bool strided_dense_rows(const Params& p) {
 template <typename T>
 int64_t strided_workspace_bytes(int64_t num_seqs, int64_t seq_len, const TileConfig& config) {
   int64_t statuses = 0;
-  for (int v = 1; v <= (sizeof(T) == 2 ? kStridedMaxChannelsPerLane : 1); ++v) {
+  for (int v = 1; v <= (sizeof(values_t<T>) == 2 ? kStridedMaxChannelsPerLane : 1); ++v) {
     const StridedLayout l =
         strided_layout(num_seqs, seq_len, config.threads_per_block / kWarpSize, config.elems_per_thread, v);
     statuses = std::max(statuses, l.padded_seqs() * l.num_chunks);
@@ -108,7 +117,7 @@ void launch_strided_with(const Params& p, bool dense_rows, cudaStream_t stream, 
     allow_dynamic_smem<kernel, C, smem>(name);
     launch_kernel<kernel>(static_cast<unsigned>(blocks), C.threads_per_block, smem, stream, p);
   };
-  if constexpr (C.memcode == MemCode::kStaged && !kIsComplex<T>) {
+  if constexpr (C.memcode == MemCode::kStaged && !kIsComplex<T> && !kIsMixed<T>) {
     if (layout.slices_per_warp > 1 && dense_rows) {
       constexpr int E = C.elems_per_thread, NT = C.threads_per_block;
       constexpr auto kernel = strided_flat_kernel<T, E, NT, V, kBackward, Params>;
@@ -132,7 +141,7 @@ void launch_strided(const Params& p, const TileConfig& config, cudaStream_t stre
   const bool pairs = strided_pairs_channels<T>(p);
   const bool dense_rows = strided_dense_rows<T>(p);
   dispatch_config<STRIDED_CONFIG_LIST>(config, [&]<TileConfig C>() {
-    if constexpr (sizeof(T) == 2) {
+    if constexpr (sizeof(values_t<T>) == 2) {
       if (pairs) return launch_strided_with<T, C, 2, kBackward>(p, dense_rows, stream, name);
     }
     launch_strided_with<T, C, 1, kBackward>(p, dense_rows, stream, name);
@@ -144,7 +153,7 @@ cudaFuncAttributes strided_func_attrs(const TileConfig& config) {
   cudaFuncAttributes attrs{};
   dispatch_config<STRIDED_CONFIG_LIST>(config, [&]<TileConfig C>() {
     // The kernel a contiguous channel-last layout runs: channel pairs for 16-bit storage.
-    constexpr int V = sizeof(T) == 2 ? kStridedMaxChannelsPerLane : 1;
+    constexpr int V = sizeof(values_t<T>) == 2 ? kStridedMaxChannelsPerLane : 1;
     attrs = kernel_attributes(strided_kernel_for<T, C, V, kBackward, false>());
   }, kBackward ? "linrec_strided_bwd" : "linrec_strided_fwd");
   return attrs;

@@ -90,9 +90,9 @@ __device__ __forceinline__ Acc shift_bwd_coeffs(Acc (&cs)[E], const T* c, int64_
 // d_inputs * conj(outputs one forward step earlier, `initial` before the first),
 // and d_initial = d_inputs[first] * conj(coeffs[first]) by the thread that holds
 // it (first_coeff, conjugated by shift_bwd_coeffs).
-template <MemCode M, int E, typename T, typename Acc>
+template <MemCode M, int E, typename T, typename Tc, typename Acc>
 __device__ __forceinline__ void store_bwd_coeffs_of(const Acc (&gs)[E], Acc (&ys)[E], const T* y, int64_t y_stride,
-                                                    T* dc, int64_t dc_stride, int64_t start, int64_t len,
+                                                    Tc* dc, int64_t dc_stride, int64_t start, int64_t len,
                                                     bool fwd_rev, Acc initial, Acc first_coeff, T* d_initial,
                                                     Acc* smem) {
   const int64_t mine = start + static_cast<int64_t>(threadIdx.x) * E;
@@ -107,8 +107,8 @@ __device__ __forceinline__ void store_bwd_coeffs_of(const Acc (&gs)[E], Acc (&ys
 }
 
 // The same, loading the tile's outputs first.
-template <MemCode M, int E, typename T, typename Acc>
-__device__ __forceinline__ void store_bwd_coeffs(const Acc (&gs)[E], const T* y, int64_t y_stride, T* dc,
+template <MemCode M, int E, typename T, typename Tc, typename Acc>
+__device__ __forceinline__ void store_bwd_coeffs(const Acc (&gs)[E], const T* y, int64_t y_stride, Tc* dc,
                                                  int64_t dc_stride, int64_t start, int64_t len, bool fwd_rev,
                                                  Acc initial, Acc first_coeff, T* d_initial, Acc* smem) {
   Acc ys[E];
@@ -121,9 +121,11 @@ __device__ __forceinline__ void store_bwd_coeffs(const Acc (&gs)[E], const T* y,
 template <int E, int NT, int M, int A>
 constexpr TileConfig kConfigOf{E, NT, static_cast<MemCode>(M), static_cast<AlgoCode>(A)};
 
-template <typename T, int E_, int NT_, int M_, int A_, Schedule S>
+template <typename St, int E_, int NT_, int M_, int A_, Schedule S>
 __global__ void __launch_bounds__(NT_) tiled_fwd_kernel(const ForwardParams p) {
-  using Acc = acc_t<T>;
+  using T = values_t<St>;
+  using Tc = coeffs_t<St>;
+  using Acc = acc_t<St>;
   constexpr TileConfig C = kConfigOf<E_, NT_, M_, A_>;
   constexpr int E = C.elems_per_thread;
   constexpr int NT = C.threads_per_block;
@@ -136,7 +138,7 @@ __global__ void __launch_bounds__(NT_) tiled_fwd_kernel(const ForwardParams p) {
   p.index.offsets(blockIdx.x, off);
   wait_for_prior_grid();
   const T* x = static_cast<const T*>(p.inputs) + off[kFwdInputs];
-  const T* c = static_cast<const T*>(p.coeffs) + off[kFwdCoeffs];
+  const Tc* c = static_cast<const Tc*>(p.coeffs) + off[kFwdCoeffs];
   T* y = static_cast<T*>(p.outputs) + off[kFwdOutputs];
   const int64_t sx = p.index.elem_strides[kFwdInputs], sc = p.index.elem_strides[kFwdCoeffs],
                 sy = p.index.elem_strides[kFwdOutputs];
@@ -148,7 +150,8 @@ __global__ void __launch_bounds__(NT_) tiled_fwd_kernel(const ForwardParams p) {
   load_tile<C.memcode>(xs, x, sx, tiles.start(0), len, Acc(0), smem);
   load_tile<C.memcode>(cs, c, sc, tiles.start(0), len, Acc(1), smem);
   for (int64_t k = 0; k < tiles.num_tiles; ++k) {
-    PrefetchedTile<C.memcode, E, T, Acc> next_xs, next_cs;
+    PrefetchedTile<C.memcode, E, T, Acc> next_xs;
+    PrefetchedTile<C.memcode, E, Tc, Acc> next_cs;
     if (S == Schedule::kPipe && k + 1 < tiles.num_tiles) {
       next_xs.load(x, sx, tiles.start(k + 1), len, Acc(0), smem);
       next_cs.load(c, sc, tiles.start(k + 1), len, Acc(1), smem);
@@ -169,23 +172,26 @@ __global__ void __launch_bounds__(NT_) tiled_fwd_kernel(const ForwardParams p) {
 // general kernel, and fewer registers (bf16 16x64: 48 against 64). H100,
 // 13200 x 1024 bf16, kernel µs (scripts/config_sweep.py, one device call): 27.9
 // against 29.8 for the general kernel with one tile (pipe 16x64); torch.add 27.2.
-template <typename T, int E, int NT, int A, bool kRev>
+template <typename S, int E, int NT, int A, bool kRev>
 __global__ void __launch_bounds__(NT) tile_rows_fwd_kernel(const AlignedRows<kNumFwdSlots> p) {
-  using Acc = acc_t<T>;
+  using T = values_t<S>;
+  using Acc = acc_t<S>;
   __shared__ BlockScanStorage<Acc> storage;
   const int64_t n = blockIdx.x;
   const int first = static_cast<int>(threadIdx.x) * E;
   const bool holds = first < p.seq_len;  // seq_len is a multiple of E, at most E * NT
   Acc xs[E], cs[E];
-  load_fwd_row<T>(xs, cs, p, n, first, holds);
+  load_fwd_row<S>(xs, cs, p, n, first, holds);
   Acc carry = p.data[kFwdInitial] ? to_acc<Acc>(*row_of<const T>(p, kFwdInitial, n)) : Acc(0);
   scan_tile<static_cast<AlgoCode>(A), E, NT>(xs, cs, kRev, carry, storage);
   if (holds) store_aligned(row_of<T>(p, kFwdOutputs, n) + first, xs);
 }
 
-template <typename T, int E_, int NT_, int M_, int A_, Schedule S>
+template <typename St, int E_, int NT_, int M_, int A_, Schedule S>
 __global__ void __launch_bounds__(NT_) tiled_bwd_kernel(const BackwardParams p) {
-  using Acc = acc_t<T>;
+  using T = values_t<St>;
+  using Tc = coeffs_t<St>;
+  using Acc = acc_t<St>;
   constexpr TileConfig C = kConfigOf<E_, NT_, M_, A_>;
   constexpr int E = C.elems_per_thread;
   constexpr int NT = C.threads_per_block;
@@ -200,10 +206,10 @@ __global__ void __launch_bounds__(NT_) tiled_bwd_kernel(const BackwardParams p) 
   wait_for_prior_grid();
   const auto& es = p.index.elem_strides;
   const T* dy = static_cast<const T*>(p.d_outputs) + off[kBwdDOutputs];
-  const T* c = static_cast<const T*>(p.coeffs) + off[kBwdCoeffs];
+  const Tc* c = static_cast<const Tc*>(p.coeffs) + off[kBwdCoeffs];
   const T* y = static_cast<const T*>(p.outputs) + off[kBwdOutputs];
   T* dx = static_cast<T*>(p.d_inputs) + off[kBwdDInputs];
-  T* dc = static_cast<T*>(p.d_coeffs) + off[kBwdDCoeffs];
+  Tc* dc = static_cast<Tc*>(p.d_coeffs) + off[kBwdDCoeffs];
   const int64_t len = p.seq_len;
   const bool fwd_rev = p.reverse;
   const Acc initial = p.initial ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kBwdInitial]]) : Acc(0);
@@ -226,7 +232,8 @@ __global__ void __launch_bounds__(NT_) tiled_bwd_kernel(const BackwardParams p) 
   if constexpr (kEarlyOutputs) ys_ahead.load(y, es[kBwdOutputs], tiles.start(0), len, Acc(0), smem);
   for (int64_t k = 0; k < tiles.num_tiles; ++k) {
     const int64_t start = tiles.start(k);
-    Prefetched next_gs, next_cs, next_ys;
+    Prefetched next_gs, next_ys;
+    PrefetchedTile<C.memcode, E, Tc, Acc> next_cs;
     if (S == Schedule::kPipe && k + 1 < tiles.num_tiles) {
       next_gs.load(dy, es[kBwdDOutputs], tiles.start(k + 1), len, Acc(0), smem);
       next_cs.load(c, es[kBwdCoeffs], tiles.start(k + 1), len, Acc(1), smem);
@@ -253,11 +260,11 @@ __global__ void __launch_bounds__(NT_) tiled_bwd_kernel(const BackwardParams p) 
   }
 }
 
-template <typename T, TileConfig C, Schedule S, bool kBackward>
+template <typename St, TileConfig C, Schedule S, bool kBackward>
 constexpr auto tiled_kernel() {
   constexpr int M = static_cast<int>(C.memcode), A = static_cast<int>(C.algocode);
-  if constexpr (kBackward) return tiled_bwd_kernel<T, C.elems_per_thread, C.threads_per_block, M, A, S>;
-  else return tiled_fwd_kernel<T, C.elems_per_thread, C.threads_per_block, M, A, S>;
+  if constexpr (kBackward) return tiled_bwd_kernel<St, C.elems_per_thread, C.threads_per_block, M, A, S>;
+  else return tiled_fwd_kernel<St, C.elems_per_thread, C.threads_per_block, M, A, S>;
 }
 
 inline std::string tiled_name(Schedule s, bool backward) {

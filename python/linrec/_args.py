@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numbers
 import operator
-import warnings
+import struct
 
 import torch
 
@@ -28,45 +28,59 @@ def _check_dtype(name: str, t: torch.Tensor, complex_ok: bool = False) -> None:
     raise ValueError(f"linrec: {name} has dtype {t.dtype}; expected one of {expected}")
 
 
-_warned_16bit_coeffs = False
+MIXED_VALUE_DTYPES = (torch.float16, torch.bfloat16)  # beside float32 coefficients: mixed storage
 
 
-def _warn_16bit_coeffs(source: str, dtype: torch.dtype) -> None:
-    """Once a process: coeffs of a wider dtype are cast to 16-bit inputs' dtype, which rounds
-    decays near 1 (bfloat16: 0.999 -> 1.0, a memory of ~1000 steps made endless)."""
-    global _warned_16bit_coeffs
-    if not _warned_16bit_coeffs:
-        _warned_16bit_coeffs = True
-        warnings.warn(
-            f"linrec: coeffs ({source}) are cast to the inputs' dtype {dtype}, which rounds decays near 1 "
-            "(bfloat16 stores 0.999 as 1.0, float16 stores 0.9999 as 1.0). Where decays near 1 matter, pass "
-            "float32 inputs (linrec scans 16-bit storage in float32 anyway). Warned once.", stacklevel=5)
+def is_mixed(inputs_dtype: torch.dtype, coeffs_dtype: torch.dtype) -> bool:
+    """Whether (inputs, coeffs) of these dtypes are mixed storage: float32 coefficients beside 16-bit
+    inputs, which every implementation scans without rounding the coefficients to 16 bits."""
+    return coeffs_dtype == torch.float32 and inputs_dtype in MIXED_VALUE_DTYPES
+
+
+def _exact_in(value: float, dtype: torch.dtype) -> bool:
+    """Whether a real number survives rounding to float16 or bfloat16 unchanged (pure Python: no
+    tensor, so no device sync and nothing for a tracer to see)."""
+    try:
+        if dtype == torch.float16:
+            return struct.unpack("<e", struct.pack("<e", value))[0] == value
+        bits = struct.unpack("<I", struct.pack("<f", value))[0]
+    except (OverflowError, struct.error):
+        return False
+    return struct.unpack("<f", struct.pack("<I", bits))[0] == value and bits & 0xFFFF == 0
+
+
+def _coeffs_dtype(value, like: torch.Tensor) -> torch.dtype:
+    """The dtype coefficients are stored in beside `like` (the inputs): the inputs' own, except
+    beside 16-bit real inputs, where coefficients of another dtype, and numbers that 16 bits
+    would round, stay float32 (mixed storage). Rounded to bfloat16, 0.999 becomes 1.0: a decay
+    over ~1000 steps would turn into an endless memory."""
+    if like.dtype not in MIXED_VALUE_DTYPES:
+        return like.dtype
+    if isinstance(value, torch.Tensor):
+        return like.dtype if value.dtype == like.dtype else torch.float32
+    if torch.compiler.is_compiling():  # a constant to Dynamo: no check to trace, float32 is always exact
+        return torch.float32
+    return like.dtype if _exact_in(float(value), like.dtype) else torch.float32
 
 
 def _as_tensor(name: str, value, like: torch.Tensor) -> torch.Tensor:
-    """coeffs or initial as a tensor of inputs' dtype and device. With complex inputs a real value
-    becomes complex; with real inputs a complex one raises (casting would drop its imaginary part).
-    Coefficients narrowed to 16-bit inputs warn once (_warn_16bit_coeffs): every coefficient tensor
-    of a wider dtype, and a number whose rounding turns a decay (|c| < 1) into |c| >= 1."""
-    narrowing = (name == "coeffs" and like.element_size() == 2 and not like.is_complex()
-                 and not torch.compiler.is_compiling())  # a warning or .item() would break the graph
+    """coeffs or initial as a tensor on inputs' device, of inputs' dtype (coeffs: _coeffs_dtype's).
+    With complex inputs a real value becomes complex; with real inputs a complex one raises
+    (casting would drop its imaginary part)."""
+    dtype = _coeffs_dtype(value, like) if name == "coeffs" else like.dtype
     if isinstance(value, torch.Tensor):
         _check_dtype(name, value, complex_ok=True)
         if value.is_complex() and not like.is_complex():
             raise ValueError(f"linrec: {name} is complex ({value.dtype}) but inputs is real ({like.dtype}); "
                              f"pass complex inputs for a complex recurrence")
-        if narrowing and value.element_size() > 2:
-            _warn_16bit_coeffs(f"{value.dtype}", like.dtype)
         if value.device != like.device:
             if value.dim() == 0 and value.device.type == "cpu":
-                return value.to(device=like.device, dtype=like.dtype)
+                return value.to(device=like.device, dtype=dtype)
             raise ValueError(f"linrec: {name} is on {value.device} but inputs is on {like.device}")
-        return value.to(like.dtype)
+        return value.to(dtype)
     number = numbers.Number if like.is_complex() else numbers.Real
     if isinstance(value, number) and not isinstance(value, bool):
-        if narrowing and abs(float(value)) < 1 <= abs(torch.tensor(float(value), dtype=like.dtype).item()):
-            _warn_16bit_coeffs(f"the number {value}", like.dtype)
-        return torch.tensor(complex(value) if like.is_complex() else float(value), dtype=like.dtype,
+        return torch.tensor(complex(value) if like.is_complex() else float(value), dtype=dtype,
                             device=like.device)
     kind = "a number" if like.is_complex() else "a real number"
     raise ValueError(f"linrec: {name} must be a tensor or {kind}, got {type(value).__name__}")
@@ -111,7 +125,8 @@ def normalize(inputs, coeffs, initial, dim: int, reverse=False, complex_ok=False
     dim = dim % inputs.dim()
 
     if (initial is None and isinstance(coeffs, torch.Tensor) and coeffs.shape == inputs.shape
-            and coeffs.dtype == inputs.dtype and coeffs.device == inputs.device and coeffs.layout == torch.strided):
+            and (coeffs.dtype == inputs.dtype or is_mixed(inputs.dtype, coeffs.dtype))
+            and coeffs.device == inputs.device and coeffs.layout == torch.strided):
         return inputs, coeffs, None, dim  # the common case, checked in a few microseconds
 
     coeffs = _as_tensor("coeffs", coeffs, inputs)

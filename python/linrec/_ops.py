@@ -35,7 +35,8 @@ def _bwd_fake(d_outputs, coeffs, outputs, initial, dim, reverse, kernel, elems_p
               threads_per_block, memcode, algocode):
     dim = dim % d_outputs.dim()
     state = d_outputs.shape[:dim] + d_outputs.shape[dim + 1:]
-    return torch.empty_like(d_outputs), torch.empty_like(d_outputs), d_outputs.new_empty(state)
+    return (torch.empty_like(d_outputs), torch.empty_like(d_outputs, dtype=coeffs.dtype),
+            d_outputs.new_empty(state))
 
 
 def _setup_context(ctx, inputs, output):

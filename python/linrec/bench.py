@@ -2,8 +2,10 @@
 
 Cases (from TARGETS.md): #SMs x 100 sequences of length 16 .. 65536; few long
 sequences (1 x 2^24, 4 x 2^22); channel-last (8, 4096, 2048) scanned over dim=1;
-float32 and bfloat16. Forward counts 3 tensors of traffic (read x, c; write y),
-forward+backward 8 (the fused backward reads dy, c, y and writes dx, dc).
+float32 and bfloat16 (and on request mixed storage, e.g. `--dtypes bfloat16+float32`:
+16-bit inputs with float32 coefficients). Forward counts 3 tensors of traffic (read
+x, c; write y), forward+backward 8 (the fused backward reads dy, c, y and writes dx,
+dc), each at its own dtype's size (mixed: the coefficient tensors c, c, dc at 4 bytes).
 Baselines measured in the same run: torch.add on the same shape (forward) and an
 elementwise product with autograd (forward+backward, the same 8-tensor class),
 and the device's copy bandwidth. Each case times its baselines and
@@ -104,6 +106,12 @@ def time_case(fn, x, c, dim, backward, reps, l2_bytes):
     return times
 
 
+def parse_storage(name: str):
+    """(values dtype, coefficients dtype) of a --dtypes entry: "bfloat16", or "bfloat16+float32"."""
+    values, _, coeffs = name.partition("+")
+    return getattr(torch, values), getattr(torch, coeffs or values)
+
+
 def run(dtypes, reps, max_hop_elems, only, impl_names=None):
     props = torch.cuda.get_device_properties(0)
     sms, l2_bytes = props.multi_processor_count, props.L2_cache_size
@@ -115,15 +123,18 @@ def run(dtypes, reps, max_hop_elems, only, impl_names=None):
     warm = torch.randn(sms * 100, 16, device="cuda")
     time_case(lambda a, b, dim: torch.add(a, b), warm, warm, -1, False, reps, l2_bytes)
     rows = []
-    for dtype in dtypes:
+    for dtype_name in dtypes:
+        values, coeffs = parse_storage(dtype_name)
         for case in cases(sms):
             if only and only not in case["name"]:
                 continue
-            x = torch.randn(case["shape"], device="cuda").to(dtype)
-            c = (torch.rand(case["shape"], device="cuda") * 0.5 + 0.5).to(dtype)
-            size = x.numel() * x.element_size()
+            x = torch.randn(case["shape"], device="cuda").to(values)
+            c = (torch.rand(case["shape"], device="cuda") * 0.5 + 0.5).to(coeffs)
+            vb, cb = x.element_size(), c.element_size()
+            # Mixed storage: the add writes the inputs' dtype (8 bytes an element, as linrec's
+            # forward); the product's fwd+bwd moves more than linrec's (float32 out and d_out).
             baseline_fns = {
-                False: lambda a, b, dim: torch.add(a, b),
+                False: lambda a, b, dim: torch.add(a, b, out=torch.empty_like(a)),
                 True: lambda a, b, dim: a * b,
             }
             # Two rounds, and the faster run of each figure counts. On the H100 single runs
@@ -150,8 +161,8 @@ def run(dtypes, reps, max_hop_elems, only, impl_names=None):
                     time_implementations(rnd)
             timed = [(bwd, name, min(r, key=lambda t: t[0]), r) for (bwd, name), r in runs.items()]
             for backward in (False, True):
-                nbytes = (8 if backward else 3) * size
-                base = dict(case=case["name"], dtype=str(dtype).removeprefix("torch."), backward=backward,
+                nbytes = x.numel() * (5 * vb + 3 * cb if backward else 2 * vb + cb)
+                base = dict(case=case["name"], dtype=dtype_name, backward=backward,
                             length=case["length"], copy_gbs=copy)
                 label = "torch.mul fwd+bwd" if backward else "torch.add"
                 base_ms, eager = min(first[backward], again[backward], key=lambda t: t[0])  # (device, eager)
@@ -221,7 +232,7 @@ def main(argv=None):
     parser.add_argument("--json", default="bench.json")
     parser.add_argument("--png", default="bench.png")
     args = parser.parse_args(argv)
-    copy, rows = run([getattr(torch, d) for d in args.dtypes], args.reps, args.max_hop_elems, args.only, args.impls)
+    copy, rows = run(args.dtypes, args.reps, args.max_hop_elems, args.only, args.impls)
     print(f"device: {torch.cuda.get_device_name()}, copy bandwidth {copy:.0f} GB/s (read + write)")
     print_table(rows)
     with open(args.json, "w") as f:

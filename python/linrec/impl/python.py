@@ -15,7 +15,9 @@ from .._args import normalize
 
 
 def linrec_ref(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
-    """y[l] = coeffs[l] * y[l-1] + inputs[l] along dim, one step at a time (complex too)."""
+    """y[l] = coeffs[l] * y[l-1] + inputs[l] along dim, one step at a time (complex too). The state
+    takes the wider of the two dtypes (float32 beside 16-bit inputs in mixed storage) and the
+    outputs are in inputs' dtype."""
     inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse, complex_ok=True)
     x = inputs.movedim(dim, -1)
     c = coeffs.movedim(dim, -1)
@@ -27,7 +29,7 @@ def linrec_ref(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
     for l in steps:
         state = c[..., l] * state + x[..., l]
         outputs[l] = state
-    return torch.stack(outputs, dim=-1).movedim(-1, dim)
+    return torch.stack(outputs, dim=-1).movedim(-1, dim).to(inputs.dtype)
 
 
 def _combine(left, right):
@@ -78,5 +80,8 @@ def linrec_hop(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
     """linrec with torch._higher_order_ops.associative_scan for the forward and backward scans."""
     inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse)
     if inputs.shape[dim] == 0:  # associative_scan rejects empty scans
-        return inputs * coeffs
+        return (inputs * coeffs).to(inputs.dtype)
+    if coeffs.dtype != inputs.dtype:  # mixed storage: one dtype through the scan, float32
+        initial = None if initial is None else initial.to(coeffs.dtype)
+        return _HopScan.apply(inputs.to(coeffs.dtype), coeffs, initial, dim, reverse).to(inputs.dtype)
     return _HopScan.apply(inputs, coeffs, initial, dim, reverse)

@@ -188,11 +188,11 @@ def triton_fwd(inputs: torch.Tensor, coeffs: torch.Tensor, initial: torch.Tensor
     return outputs
 
 
-def _bwd_outputs(d_outputs: torch.Tensor, dim: int):
-    """The backward's (d_inputs, d_coeffs, d_initial), and whether no kernel is needed: no
-    elements, or no step (then the state passes through untouched: d_initial is zeroed)."""
+def _bwd_outputs(d_outputs: torch.Tensor, dim: int, coeffs_dtype: torch.dtype):
+    """The backward's (d_inputs, d_coeffs in coeffs_dtype, d_initial), and whether no kernel is
+    needed: no elements, or no step (then the state passes through untouched: d_initial is zeroed)."""
     d_inputs = torch.empty_like(d_outputs)
-    d_coeffs = torch.empty_like(d_outputs)
+    d_coeffs = torch.empty_like(d_outputs, dtype=coeffs_dtype)
     d_initial = d_outputs.new_empty(d_outputs.shape[:dim] + d_outputs.shape[dim + 1:])
     if d_outputs.shape[dim] == 0:
         d_initial.zero_()
@@ -202,7 +202,7 @@ def _bwd_outputs(d_outputs: torch.Tensor, dim: int):
 @triton_op("linrec::triton_bwd", mutates_args={})
 def triton_bwd(d_outputs: torch.Tensor, coeffs: torch.Tensor, outputs: torch.Tensor, initial: torch.Tensor | None,
                dim: int, reverse: bool, pipe: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    d_inputs, d_coeffs, d_initial, nothing_to_scan = _bwd_outputs(d_outputs, dim)
+    d_inputs, d_coeffs, d_initial, nothing_to_scan = _bwd_outputs(d_outputs, dim, coeffs.dtype)
     if nothing_to_scan:
         return d_inputs, d_coeffs, d_initial
     L = d_outputs.shape[dim]

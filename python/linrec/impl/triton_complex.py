@@ -218,7 +218,7 @@ def triton_complex_fwd(inputs: torch.Tensor, coeffs: torch.Tensor, initial: torc
 def triton_complex_bwd(d_outputs: torch.Tensor, coeffs: torch.Tensor, outputs: torch.Tensor,
                        initial: torch.Tensor | None, dim: int,
                        reverse: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    d_inputs, d_coeffs, d_initial, nothing_to_scan = _bwd_outputs(d_outputs, dim)
+    d_inputs, d_coeffs, d_initial, nothing_to_scan = _bwd_outputs(d_outputs, dim, coeffs.dtype)
     if nothing_to_scan:
         return d_inputs, d_coeffs, d_initial
     L = d_outputs.shape[dim]

@@ -1,0 +1,9 @@
+// Explicit instantiation: strided fwd and bwd, bfloat16 values with float32 coefficients (MixedBFloat16).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "../strided_launch.cuh"
+
+namespace linrec {
+LINREC_INSTANTIATE_STRIDED(MixedBFloat16)
+}  // namespace linrec
