@@ -38,7 +38,8 @@ def values_dtype(storage):
 
 
 def storage_id(storage):
-    return "+".join(str(d).removeprefix("torch.") for d in storage) if isinstance(storage, tuple) else str(storage)
+    """A test id: the dtype, or "mixed_bfloat16" for bfloat16 inputs with float32 coefficients."""
+    return "mixed_" + str(storage[0]).removeprefix("torch.") if isinstance(storage, tuple) else str(storage)
 
 
 def inputs(shape, dtype, device="cuda"):
@@ -373,7 +374,7 @@ def test_channel_last_many_waves(shape, dtype, reverse):
 
 
 @pytest.mark.parametrize("dtype,shape", [(torch.float32, (300, 8197)), (torch.bfloat16, (70, 32771)),
-                                         (MIXED[0], (70, 32771))], ids=str)
+                                         (MIXED[0], (70, 32771))], ids=lambda v: storage_id(v) if isinstance(v, tuple) and isinstance(v[0], torch.dtype) else str(v))
 @pytest.mark.parametrize("reverse", [False, True])
 def test_many_sequences_of_few_tiles_auto(dtype, shape, reverse):
     """linrec.linrec on hundreds of sequences of a few chained tiles each (the rule's chained
