@@ -162,8 +162,10 @@ def linrec(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
             or complex64 / complex128 (the compiled kernels in complex arithmetic; see
             linrec._complex).
         coeffs: tensor or number broadcastable to inputs (a scalar, one per channel, or full shape);
-            cast to inputs' dtype (complex coeffs need complex inputs). Its gradient is reduced to
-            its own shape.
+            cast to inputs' dtype (complex coeffs need complex inputs), except beside float16 /
+            bfloat16 inputs, where coefficients of another dtype, and numbers 16 bits would round,
+            stay float32 (mixed storage: bfloat16 would store 0.999 as 1.0). Its gradient is
+            reduced to its own shape, in its own dtype.
         reverse: run from the last element to the first.
         dim: the sequence dimension.
         initial: the state before the first step, shape of inputs without dim (or broadcastable
