@@ -403,3 +403,36 @@ def test_mixed_storage_op(dtype):
             torch.ops.linrec.linrec_fwd(x, bad_c, h0, *config)
     with pytest.raises(RuntimeError, match="coeffs has dtype"):
         torch.ops.linrec.linrec_fwd(x.float(), c.to(dtype), None, *config)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_mixed_storage_higher_order_and_forward_ad(dtype):
+    """Mixed storage through the differentiable backward (create_graph: a Hessian-vector product)
+    and forward-mode AD, against the same derivatives of the float64 reference; each derivative
+    in its argument's dtype."""
+    import torch.autograd.forward_ad as fwAD
+
+    x = torch.randn(3, 40).to(dtype)
+    c = torch.rand(3, 40) * 0.5 + 0.5
+    h0 = torch.randn(3).to(dtype)
+    dy, v = torch.randn(3, 40).to(dtype), torch.randn(3, 40)
+    tx, tc = torch.randn(3, 40).to(dtype), torch.randn(3, 40)
+
+    def hvp(fn, x, c, h0, dy):
+        leaves = [t.detach().requires_grad_() for t in (x, c, h0)]
+        g = torch.autograd.grad(fn(leaves[0], leaves[1], initial=leaves[2]), leaves, dy, create_graph=True)
+        return g, torch.autograd.grad((g[1] * v.to(g[1].dtype)).sum(), leaves[:2])
+
+    def jvp(fn, x, c, h0):
+        with fwAD.dual_level():
+            y = fn(fwAD.make_dual(x, tx.to(x.dtype)), fwAD.make_dual(c, tc.to(c.dtype)), initial=h0)
+            return fwAD.unpack_dual(y).tangent
+
+    g, hv = hvp(linrec.linrec, x, c, h0, dy)
+    g_ref, hv_ref = hvp(reference, x.double(), c.double(), h0.double(), dy.double())
+    assert [t.dtype for t in g] == [dtype, torch.float32, dtype] and [t.dtype for t in hv] == [dtype, torch.float32]
+    for ours, ref in zip(g + hv, g_ref + hv_ref):
+        assert rel_error(ours, ref) < 2e-2
+    tangent = jvp(linrec.linrec, x, c, h0)
+    assert tangent.dtype == dtype
+    assert rel_error(tangent, jvp(reference, x.double(), c.double(), h0.double())) < 2e-2

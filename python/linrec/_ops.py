@@ -76,11 +76,12 @@ def backward_by_scans(scan, d_outputs, coeffs, outputs, initial, dim, reverse):
         return torch.zeros_like(d_outputs), torch.zeros_like(coeffs), d_initial
     next_coeffs = _previous_states(coeffs, None, dim, not reverse).conj()  # c one step later, 0 past the end
     d_inputs = scan(d_outputs, next_coeffs, dim, not reverse)
-    d_coeffs = d_inputs * _previous_states(outputs, initial, dim, reverse).conj()
+    # In the coefficients' dtype: float32 in mixed storage, where d_inputs and outputs are 16-bit.
+    d_coeffs = d_inputs.to(coeffs.dtype) * _previous_states(outputs, initial, dim, reverse).to(coeffs.dtype).conj()
     d_initial = None
     if initial is not None:
         first = length - 1 if reverse else 0
-        d_initial = d_inputs.select(dim, first) * coeffs.select(dim, first).conj()
+        d_initial = (d_inputs.select(dim, first) * coeffs.select(dim, first).conj()).to(initial.dtype)
     return d_inputs, d_coeffs, d_initial
 
 
@@ -134,7 +135,8 @@ class _LinrecDualFunction(_LinrecFunction):
         steps = d_inputs if d_inputs is not None else torch.zeros_like(outputs)
         if d_coeffs is not None:
             steps = steps + d_coeffs * _previous_states(outputs, initial, dim, reverse)
-        return fwd_op(steps, coeffs, d_initial, *ctx.config)  # differentiable again (forward-over-reverse)
+        # The tangent is in the outputs' dtype (16-bit in mixed storage, where d_coeffs * y is float32).
+        return fwd_op(steps.to(outputs.dtype), coeffs, d_initial, *ctx.config)  # differentiable again
 
 
 class _LinrecTransformable(torch.autograd.Function):
