@@ -73,9 +73,10 @@ inline Storage storage_of(const Tensor& values, const Tensor& coeffs, const char
   const ScalarType v = values.scalar_type(), c = coeffs.scalar_type();
   const DType dtype = to_dtype(v);
   if (c == v) return {dtype, dtype};
-  STD_TORCH_CHECK(c == ScalarType::Float && (v == ScalarType::Half || v == ScalarType::BFloat16), "linrec: coeffs has dtype ",
-                  torch::headeronly::toString(c), " but ", values_name, " has ", torch::headeronly::toString(v),
-                  "; coeffs may differ only as float32 beside float16 or bfloat16 ", values_name);
+  const bool mixed = c == ScalarType::Float && (v == ScalarType::Half || v == ScalarType::BFloat16);
+  STD_TORCH_CHECK(mixed, "linrec: coeffs has dtype ", torch::headeronly::toString(c), " but ", values_name, " has ",
+                  torch::headeronly::toString(v), "; coeffs may differ only as float32 beside float16 or bfloat16 ",
+                  values_name);
   return {dtype, DType::kFloat32};
 }
 
@@ -222,8 +223,9 @@ inline BackwardCall prepare_bwd(const Tensor& d_outputs, const Tensor& coeffs, c
   if (initial) check_same(d_outputs, *initial, "d_outputs", "initial", true, dim);
 
   // d_coeffs laid out as d_outputs, in the coefficients' dtype.
-  BackwardCall call{torch::stable::empty_like(d_outputs),
-                    storage.mixed() ? empty_like_as(d_outputs, ScalarType::Float) : torch::stable::empty_like(d_outputs),
+  const Tensor d_coeffs =
+      storage.mixed() ? empty_like_as(d_outputs, ScalarType::Float) : torch::stable::empty_like(d_outputs);
+  BackwardCall call{torch::stable::empty_like(d_outputs), d_coeffs,
                     torch::stable::new_empty(d_outputs, state_shape(d_outputs, dim)), BackwardParams{}, storage, false};
   BackwardParams& p = call.p;
   p.num_seqs = count_seqs(d_outputs, dim);

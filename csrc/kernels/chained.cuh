@@ -433,7 +433,8 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
         uint4 out[kCoeffWords];
 #pragma unroll
         for (int i = 0; i < kChunk; ++i)
-          reinterpret_cast<Tc*>(out)[i] = from_acc<Tc>(to_acc<Acc>(g[i]) * conj(b.start + e0 + i == first ? b.initial : yp[i]));
+          reinterpret_cast<Tc*>(out)[i] =
+              from_acc<Tc>(to_acc<Acc>(g[i]) * conj(b.start + e0 + i == first ? b.initial : yp[i]));
 #pragma unroll
         for (int w = 0; w < kCoeffWords; ++w) reinterpret_cast<uint4*>(dc + b.start + e0)[w] = out[w];
       }

@@ -193,8 +193,10 @@ void bwd(const BackwardParams& p) {
 template <template <typename, typename> class Fn, typename P>
 void by_storage(Storage storage, const P& p) {
   if (storage.mixed()) {
-    if (storage.coeffs == DType::kFloat32 && storage.values == DType::kFloat16) return Fn<c10::Half, float>::run(p);
-    if (storage.coeffs == DType::kFloat32 && storage.values == DType::kBFloat16) return Fn<c10::BFloat16, float>::run(p);
+    if (storage.coeffs == DType::kFloat32 && storage.values == DType::kFloat16)
+      return Fn<c10::Half, float>::run(p);
+    if (storage.coeffs == DType::kFloat32 && storage.values == DType::kBFloat16)
+      return Fn<c10::BFloat16, float>::run(p);
     throw std::invalid_argument("linrec: coefficients of another dtype than the inputs' are float32 beside "
                                 "float16 or bfloat16 inputs only");
   }
