@@ -275,6 +275,35 @@ def test_lslstm_matches_loop(device, batch_first, with_state):
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_layers_keep_16bit_gates_near_one(device, dtype):
+    """16-bit layers whose recurrence gates sit near 1 (memories of ~1000 steps) match the float64
+    loop: the gates are scanned in float32. Rounded to 16 bits they would be 1 (checked), which
+    would leave the GILR state at its entering value and the cell with an endless memory."""
+    torch.manual_seed(3)
+    # sigmoid(7.6) = 0.9995 is 1.0 in bfloat16, sigmoid(9) = 0.99988 in float16. Near 8, bfloat16
+    # holds a pre-activation to 1/32: (1 - g) moves by up to 3% before any scan, hence the tolerance.
+    length, bias = 1500, 7.6 if dtype == torch.bfloat16 else 9.0
+    gilr = GILR(4, 6, device=device, dtype=dtype)
+    lstm = LSLSTM(4, 6, device=device, dtype=dtype)
+    with torch.no_grad():
+        for proj, gates in ((gilr.proj, 6), (lstm.surrogate.proj, 6), (lstm.input_proj, 6)):
+            proj.weight.mul_(0.05)
+            proj.bias[:gates] = bias  # GILR: g's bias; LS-LSTM: f's bias (the first chunk of four)
+    x = torch.randn(length, 2, 4, device=device).to(dtype)
+    assert torch.all(torch.sigmoid(torch.tensor(bias)).to(dtype) == 1)
+
+    def rel(a, b):
+        return ((a.double() - b).norm() / b.norm()).item()
+
+    h = gilr(x)
+    assert h.dtype == dtype and rel(h, gilr_loop(gilr, x)) < 5e-2
+    h, (_, c_last, _) = lstm(x)
+    h_ref, c_ref, _ = lslstm_loop(lstm, x)
+    assert h.dtype == dtype and rel(h, h_ref) < 5e-2 and rel(c_last, c_ref[-1]) < 5e-2
+
+
 def test_gilr_and_lslstm_gradients():
     torch.manual_seed(2)
     x = torch.randn(2, 11, 3, dtype=torch.float64, requires_grad=True)

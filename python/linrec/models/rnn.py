@@ -20,6 +20,11 @@ instead of its own output, so both of its recurrences are linear:
 as in the paper (no tanh on c_t). Tensors are (length, batch, features), or (batch, length,
 features) with batch_first=True, as in torch.nn.LSTM; the scans run along the time dim in place
 (linrec's strided kernels on the GPU), with no transpose.
+
+With float16 / bfloat16 activations (a 16-bit model, or autocast) the recurrences' gates g and f
+are computed and scanned in float32 (linrec's mixed storage), the rest in the activations' dtype:
+a gate near 1 is a long memory, which 16 bits round to an endless one (bfloat16 stores 0.999 as
+1.0, and then 1 - g, the impulse's weight, is 0).
 """
 
 from __future__ import annotations
@@ -32,6 +37,11 @@ from .. import linrec as _linrec
 
 def _time_dim(batch_first: bool) -> int:
     return 1 if batch_first else 0
+
+
+def _gate(pre: torch.Tensor) -> torch.Tensor:
+    """sigmoid(pre), in float32 for 16-bit pre-activations (see the module's docstring)."""
+    return torch.sigmoid(pre.float() if pre.dtype in (torch.float16, torch.bfloat16) else pre)
 
 
 def _check_input(x, input_size):
@@ -64,8 +74,9 @@ class GILR(nn.Module):
         _check_input(x, self.input_size)
         _check_state("h0", h0, x.shape[1 - _time_dim(self.batch_first)], self.hidden_size)
         gate_pre, impulse_pre = self.proj(x).chunk(2, dim=-1)
-        g = torch.sigmoid(gate_pre)
-        return _linrec((1 - g) * self.activation(impulse_pre), g, dim=_time_dim(self.batch_first), initial=h0)
+        g = _gate(gate_pre)
+        impulse = ((1 - g) * self.activation(impulse_pre)).to(impulse_pre.dtype)
+        return _linrec(impulse, g, dim=_time_dim(self.batch_first), initial=h0)
 
 
 class LSLSTM(nn.Module):
@@ -101,7 +112,7 @@ class LSLSTM(nn.Module):
         previous = torch.cat([first, surrogate.narrow(time, 0, x.shape[time] - 1)], dim=time)
         pre = self.input_proj(x) + self.surrogate_proj(previous)
         f, i, o, z = pre.chunk(4, dim=-1)
-        f, i, o = torch.sigmoid(f), torch.sigmoid(i), torch.sigmoid(o)
+        f, i, o = _gate(f), torch.sigmoid(i), torch.sigmoid(o)
         c = _linrec(i * self.activation(z), f, dim=time, initial=c0)
         h = o * c
         return h, (h.select(time, -1), c.select(time, -1), surrogate.select(time, -1))
