@@ -42,6 +42,11 @@ def storage_id(storage):
     return "mixed_" + str(storage[0]).removeprefix("torch.") if isinstance(storage, tuple) else str(storage)
 
 
+def param_id(value):
+    """A test id for a storage (storage_id) or anything else (str), such as a shape."""
+    return storage_id(value) if isinstance(value, tuple) and isinstance(value[0], torch.dtype) else str(value)
+
+
 def inputs(shape, dtype, device="cuda"):
     """Inputs and coefficients of a storage: one dtype, or a MIXED (values, coefficients) pair."""
     x_dtype, c_dtype = dtype if isinstance(dtype, tuple) else (dtype, dtype)
@@ -374,7 +379,7 @@ def test_channel_last_many_waves(shape, dtype, reverse):
 
 
 @pytest.mark.parametrize("dtype,shape", [(torch.float32, (300, 8197)), (torch.bfloat16, (70, 32771)),
-                                         (MIXED[0], (70, 32771))], ids=lambda v: storage_id(v) if isinstance(v, tuple) and isinstance(v[0], torch.dtype) else str(v))
+                                         (MIXED[0], (70, 32771))], ids=param_id)
 @pytest.mark.parametrize("reverse", [False, True])
 def test_many_sequences_of_few_tiles_auto(dtype, shape, reverse):
     """linrec.linrec on hundreds of sequences of a few chained tiles each (the rule's chained
