@@ -4,8 +4,8 @@ linrec._C holds the ops' schemas and the CPU kernel and links only torch's CPU
 libraries, so it loads next to any torch; linrec._C_cuda holds the CUDA kernels
 and links torch's CUDA library and the CUDA runtime of the CUDA version it was
 built with, so Python loads it only next to a torch of that CUDA major version
-(python/linrec/__init__.py). Sources named *_cuda.cpp and *.cu go to
-linrec._C_cuda, the other .cpp files to linrec._C. One binary per CUDA major
+(python/linrec/__init__.py). csrc/ops/*_cuda.cpp, csrc/tuning/ and the .cu files go
+to linrec._C_cuda; csrc/ops/'s other .cpp files and csrc/cpu/ to linrec._C. One binary per CUDA major
 version: the ops are written against the LibTorch stable ABI (torch >= 2.10)
 and the modules against Python's limited API (abi3, Python >= 3.10). Environment:
 
@@ -76,8 +76,8 @@ def version():
 
 
 def extensions():
-    cpp = sorted(glob("csrc/*.cpp")) + sorted(glob("csrc/kernels/*.cpp"))
-    cpu_sources = [f for f in cpp if not f.endswith("_cuda.cpp")]
+    ops = sorted(glob("csrc/ops/*.cpp"))
+    cpu_sources = [f for f in ops if not f.endswith("_cuda.cpp")] + sorted(glob("csrc/cpu/*.cpp"))
     macros = [("TORCH_TARGET_VERSION", TORCH_TARGET_VERSION), ("Py_LIMITED_API", PY_LIMITED_API)]
     cxx = ["-O3", "-std=c++20", "-fvisibility=hidden"]
     if os.environ.get("LINREC_CONFIGS", "default") == "full":
@@ -100,8 +100,8 @@ def extensions():
         ("LINREC_WITH_CUDA", None),
         ("USE_CUDA", None),  # declares the CUDA parts of the stable shim
     ] + built_for
-    cuda_sources = ([f for f in cpp if f.endswith("_cuda.cpp")] + sorted(glob("csrc/kernels/*.cu"))
-                    + sorted(glob("csrc/kernels/instances/*.cu")))
+    cuda_sources = ([f for f in ops if f.endswith("_cuda.cpp")] + sorted(glob("csrc/tuning/*.cpp"))
+                    + sorted(glob("csrc/kernels/*.cu")) + sorted(glob("csrc/kernels/instances/*.cu")))
     nvcc = ["-O3", "-std=c++20", "--expt-relaxed-constexpr", "-Xptxas=-warn-spills"]
     cuda = CUDAExtension("linrec._C_cuda", cuda_sources, define_macros=cuda_macros, py_limited_api=True,
                          extra_compile_args={"cxx": cxx, "nvcc": nvcc})
@@ -111,7 +111,8 @@ def extensions():
 setup(
     version=version(),
     package_dir={"": "python"},
-    packages=["linrec", "linrec.impl", "linrec.models"],
+    packages=["linrec", "linrec.impl", "linrec.models", "linrec.tuning"],
+    package_data={"linrec": ["py.typed"], "linrec.tuning": ["*.json"]},
     ext_modules=extensions(),
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
     options={"bdist_wheel": {"py_limited_api": "cp310"}},

@@ -3,10 +3,9 @@
 #include <cstdint>
 #include <string>
 
-namespace linrec {
+#include "registry.h"  // KernelKind: the kernel families
 
-// Kernel families. kAuto lets dispatch.h choose by shape.
-enum class KernelKind : int { kAuto = 0, kRef = 1, kTile = 2, kPipe = 3, kChained = 4, kStrided = 5, kPacked = 6 };
+namespace linrec {
 
 // How a block moves a tile between global memory and registers (memio.h).
 enum class MemCode : int {

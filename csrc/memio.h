@@ -20,7 +20,7 @@
 #include <cstdint>
 
 #include "config.h"
-#include "kernels/dtype.cuh"
+#include "kernels/primitives/dtype.cuh"
 
 namespace linrec {
 

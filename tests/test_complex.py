@@ -9,6 +9,7 @@ import torch
 
 import linrec
 import linrec._complex
+from linrec._registry import FAMILIES
 from linrec.impl.python import linrec_hop
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -333,9 +334,9 @@ def test_complex_inductor_gpu(dim):
 def _op_kernels():
     kernels = [("cpu", (0, 0, 0, 0, 3))]
     if torch.cuda.is_available() and linrec._cuda_backend(0) == "cuda":
-        kernels += [("cuda", (1, 0, 0, 0, 3))]
-        for kind, name in ((2, "tile"), (4, "chained"), (5, "strided"), (6, "packed")):
-            kernels += [("cuda", (kind, *cfg)) for cfg in linrec.compiled_configs(name, torch.complex64)]
+        kernels += [("cuda", (FAMILIES["ref"].id, 0, 0, 0, 3))]
+        for name in ("tile", "chained", "strided", "packed"):
+            kernels += [("cuda", (FAMILIES[name].id, *cfg)) for cfg in linrec.compiled_configs(name, torch.complex64)]
     return kernels
 
 
@@ -344,10 +345,11 @@ def _op_shape(layout, kernel):
     theirs run at their capacity: a length just short of it (the general kernel: a ragged last
     vector), or all of it in rows (whole aligned vectors: the aligned-rows kernels)."""
     kind, e, t = kernel[:3]
-    if kind not in (2, 6):
+    tile, packed = FAMILIES["tile"].id, FAMILIES["packed"].id
+    if kind not in (tile, packed):
         return {"channel_last": ((3, 1100, 40), 1), "rows": ((5, 777), 1), "long_rows": ((2, 9000), 1),
                 "few_channels": ((1, 2300, 3), 1)}[layout]
-    cap = e * t if kind == 2 else 32 * e
+    cap = e * t if kind == tile else 32 * e
     return {"channel_last": ((3, cap - 1, 40), 1), "rows": ((5, cap - 3), 1), "long_rows": ((6, cap), 1),
             "few_channels": ((1, cap - 5, 3), 1)}[layout]
 
@@ -358,11 +360,12 @@ def _staged_fits(kernel, dtype, backward):
     of E elements and 16 bytes of padding, beside a few KB. complex128's largest staged configs do
     not fit (the launch then raises, naming the bytes)."""
     kind, e, t, memcode, _ = kernel
-    if kind not in (4, 5) or memcode != 3:
+    chained = FAMILIES["chained"].id
+    if kind not in (chained, FAMILIES["strided"].id) or memcode != 3:
         return True
     item = torch.empty((), dtype=dtype).element_size()
     limit = getattr(torch.cuda.get_device_properties(0), "shared_memory_per_block_optin", 227 * 1024)
-    if kind == 4:
+    if kind == chained:
         return 2 * t * (e * item + 16) + 4096 <= limit
     return ((3 if backward else 2) * e * t + 2 * 32 * 32) * item <= limit
 
@@ -452,12 +455,13 @@ def test_complex_op_other_kernels_raise():
     from linrec._ops import call_compiled
 
     x = crandn(4, 64, device="cuda", dtype=torch.complex64)
-    with pytest.raises(RuntimeError, match=r"the pipe kernel \(3\) is not compiled"):
-        call_compiled(x, x, None, 1, False, 3, 8, 64, 1, 3)
-    with pytest.raises(RuntimeError, match="staged configs only"):  # a chained config in registers
-        call_compiled(x, x, None, 1, False, 4, 8, 64, 1, 3)
-    with pytest.raises(RuntimeError, match="vector configs only"):  # a tile config of direct loads
-        call_compiled(x, x, None, 1, False, 2, 8, 64, 0, 3)
+    ids = {name: family.id for name, family in FAMILIES.items()}
+    with pytest.raises(RuntimeError, match="the pipe kernels are not compiled for these dtypes"):
+        call_compiled(x, x, None, 1, False, ids["pipe"], 8, 64, 1, 3)
+    with pytest.raises(RuntimeError, match="the chained kernels are not compiled for TileConfig"):  # in registers
+        call_compiled(x, x, None, 1, False, ids["chained"], 8, 64, 1, 3)
+    with pytest.raises(RuntimeError, match="the tile kernels are not compiled for TileConfig"):  # direct loads
+        call_compiled(x, x, None, 1, False, ids["tile"], 8, 64, 0, 3)
     assert linrec.compiled_configs("pipe", torch.complex64) == []
     assert all(cfg[2] == 1 for cfg in linrec.compiled_configs("tile", torch.complex128))
     from linrec.impl import cuda

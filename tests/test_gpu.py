@@ -587,6 +587,7 @@ def test_gradgradcheck_gpu(impl, reverse):
 
 def test_func_attrs_cover_every_kernel():
     from linrec import _C_cuda
+    from linrec._registry import FAMILIES
     from linrec.func_attrs import collect
 
     rows = collect()
@@ -594,16 +595,18 @@ def test_func_attrs_cover_every_kernel():
     assert {"tile_rows", "tile_rows_rev", "packed_rows", "packed_rows_rev"} <= names
     assert all(r["num_regs"] > 0 for r in rows)
     # Three rows a packed config: the general kernel and the aligned-rows kernel in each direction.
-    packed = [r for r in rows if r["kernel"].startswith("packed") and r["dtype"] == "float32" and not r["backward"]]
+    packed = [r for r in rows if r["kernel"].startswith("packed") and r["storage"] == "f32" and not r["backward"]]
     assert len(packed) == 3 * len(PACKED_CONFIGS)
-    # Complex storage: every family but pipe, tile at its vector configs only.
-    complex_kinds = {r["kernel"].split("_")[0] for r in rows if r["dtype"] == "complex128"}
-    assert complex_kinds == {"ref", "tile", "chained", "strided", "packed"}
-    assert all(r["config"][2] == 1 for r in rows if r["kernel"] == "tile" and r["dtype"] == "complex64")
-    with pytest.raises(RuntimeError, match="aligned-rows"):
-        _C_cuda.func_attrs(0, 4, False, 1, *STAGED_CONFIGS[0])  # chained kernels have no rows variant
+    # Every family and storage of the registry, mixed storage included.
+    assert {(r["kernel"].split("_")[0], r["storage"]) for r in rows} == {
+        (name, s) for name, family in FAMILIES.items() for s in family.storages}
+    assert all(r["config"][2] == 1 for r in rows if r["kernel"] == "tile" and r["storage"] == "c64")
+    chained = FAMILIES["chained"].id
+    assert _C_cuda.func_attrs(chained, "float32", "float32", False, 1, *STAGED_CONFIGS[0]) is None  # no rows variant
     with pytest.raises(ValueError, match="variant"):
-        _C_cuda.func_attrs(0, 6, False, 3, *PACKED_CONFIGS[0])
+        _C_cuda.func_attrs(FAMILIES["packed"].id, "float32", "float32", False, 3, *PACKED_CONFIGS[0])
+    with pytest.raises(ValueError, match="dtype name"):
+        _C_cuda.func_attrs(chained, "int32", "float32", False, 0, *STAGED_CONFIGS[0])
 
 
 def test_cuda_kernels_not_loaded_fall_back_to_triton():

@@ -17,6 +17,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -24,9 +25,9 @@
 #include "../dispatch.h"
 #include "../memio.h"
 #include "../params.h"
-#include "launch.h"
-#include "lookback.cuh"
-#include "scan.cuh"
+#include "instances/families.h"
+#include "primitives/lookback.cuh"
+#include "primitives/scan.cuh"
 #include "tiled.cuh"
 
 namespace linrec {
@@ -473,7 +474,7 @@ constexpr int chained_dynamic_smem_bytes() {
 
 // Bytes of the chained kernels' workspace (cleared by the launch, workspace.cuh) for this call.
 template <typename T>
-int64_t chained_workspace_bytes(int64_t num_seqs, int64_t seq_len, const TileConfig& config) {
+int64_t Family<KernelKind::kChained>::workspace_bytes(int64_t num_seqs, int64_t seq_len, const TileConfig& config) {
   const int64_t tiles = (seq_len + config.tile_len() - 1) / config.tile_len();
   return ChainWorkspaceLayout::bytes<acc_t<T>>(num_seqs * tiles * kTileStatusSpacing);
 }
@@ -509,19 +510,14 @@ ChainSchedule chained_schedule(int64_t blocks, int64_t tile_input_bytes) {
   return {first_wave / 2, first_wave, pace_ps, first_wave / 3};
 }
 
-// The configs compiled for storage T: complex storage takes the staged ones only
-// (the register kernel's backward is written for real values).
-template <typename T>
-constexpr auto chained_config_list() {
-  if constexpr (kIsComplex<T>) return CHAINED_STAGED_CONFIG_LIST;
-  else return CHAINED_CONFIG_LIST;
-}
-
 // Launches the chained kernel for `config`: one block per tile.
-template <typename T, bool kBackward, typename Params>
-void launch_chained(const Params& p, const TileConfig& config, cudaStream_t stream) {
+// Complex storage takes the staged configs only (the register kernel's backward is
+// written for real values): csrc/registry.toml.
+template <typename T, bool kBackward>
+void Family<KernelKind::kChained>::launch(const ParamsOf<kBackward>& p, const TileConfig& config,
+                                          cudaStream_t stream) {
   const std::string name = kBackward ? "linrec_chained_bwd" : "linrec_chained_fwd";
-  dispatch_config<chained_config_list<T>()>(config, [&]<TileConfig C>() {
+  dispatch_config<configs<T>()>(config, [&]<TileConfig C>() {
     constexpr auto kernel = chained_kernel_for<T, C, kBackward>();
     constexpr int smem = chained_dynamic_smem_bytes<T, C, kBackward>();
     allow_dynamic_smem<kernel, C, smem>(name);
@@ -529,7 +525,7 @@ void launch_chained(const Params& p, const TileConfig& config, cudaStream_t stre
     const int64_t blocks = p.num_seqs * tile_order<C.tile_len(), false>(p.seq_len, false).num_tiles;
     if (blocks > 0x7fffffff) throw std::runtime_error("linrec: " + name + " needs more than 2^31-1 blocks");
     if (blocks == 0) return;
-    Params q = p;
+    ParamsOf<kBackward> q = p;
     const int64_t tile_input_bytes = C.tile_len() * int64_t(sizeof(values_t<T>) + sizeof(coeffs_t<T>));
     q.chain_schedule = chained_schedule<kernel, C.threads_per_block, smem>(blocks, tile_input_bytes);
     q.chain_schedule.interleaved = p.num_seqs <= (kBackward ? kMaxInterleavedSeqsBwd : kMaxInterleavedSeqsFwd);
@@ -539,16 +535,14 @@ void launch_chained(const Params& p, const TileConfig& config, cudaStream_t stre
 }
 
 template <typename T, bool kBackward>
-cudaFuncAttributes chained_func_attrs(const TileConfig& config) {
-  cudaFuncAttributes attrs{};
-  dispatch_config<chained_config_list<T>()>(config, [&]<TileConfig C>() {
+std::optional<cudaFuncAttributes> Family<KernelKind::kChained>::attributes(const TileConfig& config,
+                                                                           KernelVariant variant) {
+  std::optional<cudaFuncAttributes> attrs;
+  if (variant != KernelVariant::kGeneral) return attrs;
+  dispatch_config<configs<T>()>(config, [&]<TileConfig C>() {
     attrs = kernel_attributes(chained_kernel_for<T, C, kBackward>());
   }, kBackward ? "linrec_chained_bwd" : "linrec_chained_fwd");
   return attrs;
 }
-
-#define LINREC_INSTANTIATE_CHAINED(T, BACKWARD, PARAMS)                                                 \
-  template void launch_chained<T, BACKWARD, PARAMS>(const PARAMS&, const TileConfig&, cudaStream_t); \
-  template cudaFuncAttributes chained_func_attrs<T, BACKWARD>(const TileConfig&);
 
 }  // namespace linrec

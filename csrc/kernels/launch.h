@@ -1,6 +1,9 @@
 // Host-side entry points of every kernel. Implemented in csrc/kernels/*.cpp|*.cu;
 // called by csrc/ops.cpp. Torch-free on purpose: only params.h and config.h types.
 #pragma once
+#include <optional>
+#include <vector>
+
 #include "../config.h"
 #include "../params.h"
 
@@ -11,16 +14,20 @@ void cpu_fwd(const ForwardParams& p, Storage storage);
 void cpu_bwd(const BackwardParams& p, Storage storage);
 
 #if defined(LINREC_WITH_CUDA)
-// CUDA (kernels/*.cu). `stream` is a cudaStream_t. The TileConfig is ignored by ref.
-// The chained and strided kinds need p.chain_workspace: cuda_workspace_bytes bytes, which
-// the launch clears on the stream before the scan (workspace.cuh).
+// CUDA (kernels/*.cu): `kind` names a family of csrc/registry.toml compiled for `storage`.
+// `stream` is a cudaStream_t. The TileConfig is ignored by ref. A kind with a workspace
+// (chained, strided) needs p.chain_workspace of `workspace_bytes` (cuda_workspace_bytes),
+// which the launch clears on the stream before the scan (workspace.cuh).
 void cuda_fwd(const ForwardParams& p, Storage storage, KernelKind kind, const TileConfig& config,
-              void* stream);
+              int64_t workspace_bytes, void* stream);
 void cuda_bwd(const BackwardParams& p, Storage storage, KernelKind kind, const TileConfig& config,
-              void* stream);
+              int64_t workspace_bytes, void* stream);
 // Bytes of workspace a kernel needs for this call (see lookback.cuh); 0 if none.
 int64_t cuda_workspace_bytes(Storage storage, KernelKind kind, int64_t num_seqs, int64_t seq_len,
                              const TileConfig& config);
+// Whether family `kind` is compiled for `storage`, and at which configs.
+bool cuda_compiled(Storage storage, KernelKind kind);
+std::vector<TileConfig> cuda_compiled_configs(Storage storage, KernelKind kind);
 // Streaming multiprocessors of a device (0 if it cannot be read).
 int cuda_sm_count(int device);
 // Peak DRAM bandwidth of a device in bytes a nanosecond (0 if it cannot be read).
@@ -34,8 +41,9 @@ struct FuncAttrs {
 // (rows.cuh) that the tile forward (vector loads) and the packed kernels launch when
 // every tensor's rows are unit-stride and aligned, in either scan direction.
 enum class KernelVariant : int { kGeneral = 0, kRowsForward = 1, kRowsReverse = 2 };
-FuncAttrs cuda_func_attrs(DType dtype, KernelKind kind, bool backward, KernelVariant variant,
-                          const TileConfig& config);
+// Empty where the family has no such variant at this config.
+std::optional<FuncAttrs> cuda_func_attrs(Storage storage, KernelKind kind, bool backward, KernelVariant variant,
+                                         const TileConfig& config);
 #endif
 
 }  // namespace linrec

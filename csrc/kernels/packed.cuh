@@ -26,16 +26,17 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
 #include "../dispatch.h"
 #include "../memio.h"
 #include "../params.h"
-#include "grid_launch.cuh"
-#include "launch.h"
-#include "rows.cuh"
-#include "scan.cuh"
+#include "instances/families.h"
+#include "primitives/grid_launch.cuh"
+#include "primitives/rows.cuh"
+#include "primitives/scan.cuh"
 #include "tiled.cuh"
 
 namespace linrec {
@@ -210,10 +211,10 @@ constexpr auto packed_rows_kernel() {
   else return packed_rows_fwd_kernel<T, C.elems_per_thread, C.threads_per_block, kRev>;
 }
 
-template <typename T, bool kBackward, typename Params>
-void launch_packed(const Params& p, const TileConfig& config, cudaStream_t stream) {
+template <typename T, bool kBackward>
+void Family<KernelKind::kPacked>::launch(const ParamsOf<kBackward>& p, const TileConfig& config, cudaStream_t stream) {
   const char* name = kBackward ? "linrec_packed_bwd" : "linrec_packed_fwd";
-  dispatch_config<PACKED_CONFIG_LIST>(config, [&]<TileConfig C>() {
+  dispatch_config<configs<T>()>(config, [&]<TileConfig C>() {
     if (p.seq_len > static_cast<int64_t>(kWarpSize) * C.elems_per_thread)
       throw std::invalid_argument(std::string("linrec: ") + name + " holds at most 32 * elems_per_thread elements");
     const int64_t per_block = C.threads_per_block / packed_width<C.elems_per_thread>(p.seq_len);
@@ -234,23 +235,17 @@ void launch_packed(const Params& p, const TileConfig& config, cudaStream_t strea
 
 // Attributes of the `variant` kernel for `config`.
 template <typename T, bool kBackward>
-cudaFuncAttributes packed_func_attrs(const TileConfig& config, KernelVariant variant) {
-  cudaFuncAttributes attrs{};
-  dispatch_config<PACKED_CONFIG_LIST>(config, [&]<TileConfig C>() {
+std::optional<cudaFuncAttributes> Family<KernelKind::kPacked>::attributes(const TileConfig& config,
+                                                                          KernelVariant variant) {
+  std::optional<cudaFuncAttributes> attrs;
+  dispatch_config<configs<T>()>(config, [&]<TileConfig C>() {
     switch (variant) {
       case KernelVariant::kGeneral: attrs = kernel_attributes(packed_kernel<T, C, kBackward>()); return;
       case KernelVariant::kRowsForward: attrs = kernel_attributes(packed_rows_kernel<T, C, kBackward, false>()); return;
       case KernelVariant::kRowsReverse: attrs = kernel_attributes(packed_rows_kernel<T, C, kBackward, true>()); return;
     }
-    throw std::invalid_argument("linrec: unknown packed kernel variant");
   }, kBackward ? "linrec_packed_bwd" : "linrec_packed_fwd");
   return attrs;
 }
-
-#define LINREC_INSTANTIATE_PACKED(T)                                                                          \
-  template void launch_packed<T, false, ForwardParams>(const ForwardParams&, const TileConfig&, cudaStream_t); \
-  template void launch_packed<T, true, BackwardParams>(const BackwardParams&, const TileConfig&, cudaStream_t); \
-  template cudaFuncAttributes packed_func_attrs<T, false>(const TileConfig&, KernelVariant);                    \
-  template cudaFuncAttributes packed_func_attrs<T, true>(const TileConfig&, KernelVariant);
 
 }  // namespace linrec

@@ -5,9 +5,12 @@
 // along their length (channel-last data): neighbouring threads take
 // neighbouring channels, so each step's loads are coalesced across the warp.
 #pragma once
+#include <optional>
+
 #include "../params.h"
-#include "dtype.cuh"
-#include "grid_launch.cuh"
+#include "instances/families.h"
+#include "primitives/dtype.cuh"
+#include "primitives/grid_launch.cuh"
 
 namespace linrec {
 
@@ -71,6 +74,21 @@ __global__ void __launch_bounds__(kRefThreadsPerBlock) ref_bwd_kernel(const Back
     next_coeff = conj(to_acc<Acc>(c[l * es[kBwdCoeffs]]));
   }
   static_cast<T*>(p.d_initial)[off[kBwdDInitial]] = from_acc<T>(grad * next_coeff);
+}
+
+template <typename S, bool kBackward>
+void Family<KernelKind::kRef>::launch(const ParamsOf<kBackward>& p, const TileConfig&, cudaStream_t stream) {
+  const auto blocks = static_cast<unsigned>((p.num_seqs + kRefThreadsPerBlock - 1) / kRefThreadsPerBlock);
+  if constexpr (kBackward) launch_kernel<ref_bwd_kernel<S>>(blocks, kRefThreadsPerBlock, 0, stream, p);
+  else launch_kernel<ref_fwd_kernel<S>>(blocks, kRefThreadsPerBlock, 0, stream, p);
+  check_launch(kBackward ? "linrec_ref_bwd" : "linrec_ref_fwd");
+}
+
+template <typename S, bool kBackward>
+std::optional<cudaFuncAttributes> Family<KernelKind::kRef>::attributes(const TileConfig&, KernelVariant variant) {
+  if (variant != KernelVariant::kGeneral) return std::nullopt;
+  if constexpr (kBackward) return kernel_attributes(ref_bwd_kernel<S>);
+  else return kernel_attributes(ref_fwd_kernel<S>);
 }
 
 }  // namespace linrec

@@ -36,8 +36,8 @@
 
 #include "../dispatch.h"
 #include "../params.h"
-#include "dtype.cuh"
-#include "lookback.cuh"
+#include "primitives/dtype.cuh"
+#include "primitives/lookback.cuh"
 #include "tiled.cuh"
 
 namespace linrec {

@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 
+#include "instances/families.h"
 #include "strided.cuh"
 #include "strided_flat.cuh"
 
@@ -90,7 +92,7 @@ bool strided_dense_rows(const Params& p) {
 // per (chunk, sequence), sequences padded to a whole group, for either lane
 // width (the launch picks it from the strides).
 template <typename T>
-int64_t strided_workspace_bytes(int64_t num_seqs, int64_t seq_len, const TileConfig& config) {
+int64_t Family<KernelKind::kStrided>::workspace_bytes(int64_t num_seqs, int64_t seq_len, const TileConfig& config) {
   int64_t statuses = 0;
   for (int v = 1; v <= (sizeof(values_t<T>) == 2 ? kStridedMaxChannelsPerLane : 1); ++v) {
     const StridedLayout l =
@@ -134,13 +136,14 @@ void launch_strided_with(const Params& p, bool dense_rows, cudaStream_t stream, 
   check_launch(name.c_str());
 }
 
-template <typename T, bool kBackward, typename Params>
-void launch_strided(const Params& p, const TileConfig& config, cudaStream_t stream) {
+template <typename T, bool kBackward>
+void Family<KernelKind::kStrided>::launch(const ParamsOf<kBackward>& p, const TileConfig& config,
+                                          cudaStream_t stream) {
   const std::string name = kBackward ? "linrec_strided_bwd" : "linrec_strided_fwd";
   if (p.chain_workspace == nullptr) throw std::runtime_error("linrec: " + name + " needs a workspace");
   const bool pairs = strided_pairs_channels<T>(p);
   const bool dense_rows = strided_dense_rows<T>(p);
-  dispatch_config<STRIDED_CONFIG_LIST>(config, [&]<TileConfig C>() {
+  dispatch_config<configs<T>()>(config, [&]<TileConfig C>() {
     if constexpr (sizeof(values_t<T>) == 2) {
       if (pairs) return launch_strided_with<T, C, 2, kBackward>(p, dense_rows, stream, name);
     }
@@ -149,20 +152,16 @@ void launch_strided(const Params& p, const TileConfig& config, cudaStream_t stre
 }
 
 template <typename T, bool kBackward>
-cudaFuncAttributes strided_func_attrs(const TileConfig& config) {
-  cudaFuncAttributes attrs{};
-  dispatch_config<STRIDED_CONFIG_LIST>(config, [&]<TileConfig C>() {
+std::optional<cudaFuncAttributes> Family<KernelKind::kStrided>::attributes(const TileConfig& config,
+                                                                           KernelVariant variant) {
+  std::optional<cudaFuncAttributes> attrs;
+  if (variant != KernelVariant::kGeneral) return attrs;
+  dispatch_config<configs<T>()>(config, [&]<TileConfig C>() {
     // The kernel a contiguous channel-last layout runs: channel pairs for 16-bit storage.
     constexpr int V = sizeof(values_t<T>) == 2 ? kStridedMaxChannelsPerLane : 1;
     attrs = kernel_attributes(strided_kernel_for<T, C, V, kBackward, false>());
   }, kBackward ? "linrec_strided_bwd" : "linrec_strided_fwd");
   return attrs;
 }
-
-#define LINREC_INSTANTIATE_STRIDED(T)                                                                          \
-  template void launch_strided<T, false, ForwardParams>(const ForwardParams&, const TileConfig&, cudaStream_t); \
-  template void launch_strided<T, true, BackwardParams>(const BackwardParams&, const TileConfig&, cudaStream_t); \
-  template cudaFuncAttributes strided_func_attrs<T, false>(const TileConfig&);                                   \
-  template cudaFuncAttributes strided_func_attrs<T, true>(const TileConfig&);
 
 }  // namespace linrec

@@ -21,16 +21,17 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 
 #include "../dispatch.h"
 #include "../memio.h"
 #include "../params.h"
-#include "grid_launch.cuh"
-#include "launch.h"
-#include "rows.cuh"
-#include "scan.cuh"
+#include "instances/families.h"
+#include "primitives/grid_launch.cuh"
+#include "primitives/rows.cuh"
+#include "primitives/scan.cuh"
 
 namespace linrec {
 
@@ -289,19 +290,14 @@ void allow_dynamic_smem(const std::string& name) {
   }
 }
 
-// The configs compiled for storage T (complex storage: the tile kernel's vector configs).
-template <typename T>
-constexpr auto tiled_config_list() {
-  if constexpr (kIsComplex<T>) return COMPLEX_TILE_CONFIG_LIST;
-  else return CONFIG_LIST;
-}
+constexpr KernelKind tiled_kind(Schedule s) { return s == Schedule::kOneTile ? KernelKind::kTile : KernelKind::kPipe; }
 
 // Launches the tile or pipe kernel for `config`: one block per sequence. The
 // one-tile forward over aligned rows takes tile_rows_fwd_kernel.
 template <typename T, Schedule S, bool kBackward, typename Params>
 void launch_tiled(const Params& p, const TileConfig& config, cudaStream_t stream) {
   const std::string name = tiled_name(S, kBackward);
-  dispatch_config<tiled_config_list<T>()>(config, [&]<TileConfig C>() {
+  dispatch_config<Family<tiled_kind(S)>::template configs<T>()>(config, [&]<TileConfig C>() {
     constexpr auto kernel = tiled_kernel<T, C, S, kBackward>();
     constexpr int smem = tiled_dynamic_smem_bytes<acc_t<T>, C>();
     allow_dynamic_smem<kernel, C, smem>(name);
@@ -321,29 +317,43 @@ void launch_tiled(const Params& p, const TileConfig& config, cudaStream_t stream
   }, name.c_str());
 }
 
-// Attributes of the `variant` kernel for `config` (aligned-rows variants: the
-// one-tile forward with vector loads only).
+// Attributes of the `variant` kernel for `config`: aligned-rows variants exist for
+// the one-tile forward with vector loads only.
 template <typename T, Schedule S, bool kBackward>
-cudaFuncAttributes tiled_func_attrs(const TileConfig& config, KernelVariant variant) {
-  cudaFuncAttributes attrs{};
-  dispatch_config<tiled_config_list<T>()>(config, [&]<TileConfig C>() {
+std::optional<cudaFuncAttributes> tiled_func_attrs(const TileConfig& config, KernelVariant variant) {
+  std::optional<cudaFuncAttributes> attrs;
+  dispatch_config<Family<tiled_kind(S)>::template configs<T>()>(config, [&]<TileConfig C>() {
     if (variant == KernelVariant::kGeneral) {
       attrs = kernel_attributes(tiled_kernel<T, C, S, kBackward>());
     } else if constexpr (S == Schedule::kOneTile && !kBackward && C.memcode == MemCode::kVector) {
       constexpr int E = C.elems_per_thread, NT = C.threads_per_block, A = static_cast<int>(C.algocode);
       attrs = variant == KernelVariant::kRowsReverse ? kernel_attributes(tile_rows_fwd_kernel<T, E, NT, A, true>)
                                                      : kernel_attributes(tile_rows_fwd_kernel<T, E, NT, A, false>);
-    } else {
-      throw std::invalid_argument("linrec: only the tile forward with vector loads has an aligned-rows kernel");
     }
   }, tiled_name(S, kBackward).c_str());
   return attrs;
 }
 
-// Explicit instantiations live in kernels/instances/*.cu, one file per
-// (dtype, schedule, direction), so the build compiles them in parallel.
-#define LINREC_INSTANTIATE_TILED(T, SCHEDULE, BACKWARD, PARAMS)                                              \
-  template void launch_tiled<T, SCHEDULE, BACKWARD, PARAMS>(const PARAMS&, const TileConfig&, cudaStream_t); \
-  template cudaFuncAttributes tiled_func_attrs<T, SCHEDULE, BACKWARD>(const TileConfig&, KernelVariant);
+template <typename S, bool kBackward>
+void Family<KernelKind::kTile>::launch(const ParamsOf<kBackward>& p, const TileConfig& config, cudaStream_t stream) {
+  launch_tiled<S, Schedule::kOneTile, kBackward>(p, config, stream);
+}
+
+template <typename S, bool kBackward>
+std::optional<cudaFuncAttributes> Family<KernelKind::kTile>::attributes(const TileConfig& config,
+                                                                        KernelVariant variant) {
+  return tiled_func_attrs<S, Schedule::kOneTile, kBackward>(config, variant);
+}
+
+template <typename S, bool kBackward>
+void Family<KernelKind::kPipe>::launch(const ParamsOf<kBackward>& p, const TileConfig& config, cudaStream_t stream) {
+  launch_tiled<S, Schedule::kPipe, kBackward>(p, config, stream);
+}
+
+template <typename S, bool kBackward>
+std::optional<cudaFuncAttributes> Family<KernelKind::kPipe>::attributes(const TileConfig& config,
+                                                                        KernelVariant variant) {
+  return tiled_func_attrs<S, Schedule::kPipe, kBackward>(config, variant);
+}
 
 }  // namespace linrec

@@ -22,8 +22,10 @@ except ImportError as _error:
         "linrec's binary wheels need torch >= 2.10; or build linrec against this torch: "
         "pip install --no-build-isolation --no-binary linrec linrec"
     ) from _error
+from . import tuning
 from ._args import normalize
 from ._complex import linrec_complex
+from ._registry import FAMILIES
 from ._ops import call_compiled, refuse_torch_func
 from ._version import __version__
 
@@ -51,7 +53,9 @@ def _load_cuda_kernels():
 
 _C_cuda, _NO_CUDA_KERNELS = _load_cuda_kernels()
 _HAS_CUDA_KERNELS = _C_cuda is not None
-if not _HAS_CUDA_KERNELS:
+if _HAS_CUDA_KERNELS:
+    tuning.install(_C_cuda)  # the default table; a device's own comes with its first call (_resolve_backend)
+else:
     from ._ops import register_missing_cuda_kernels
 
     register_missing_cuda_kernels(_NO_CUDA_KERNELS)
@@ -76,18 +80,18 @@ def build_info() -> dict:
     return info
 
 
-_CONFIG_KERNELS = ("tile", "pipe", "chained", "strided", "packed")
+_CONFIG_KERNELS = tuple(name for name, family in FAMILIES.items() if family.has_configs)
 
 
 def compiled_configs(kernel: str = "tile", dtype: torch.dtype | None = None) -> list[tuple[int, int, int, int]]:
-    """The compiled configs of a CUDA kernel as (elems_per_thread, threads_per_block, memcode, algocode).
+    """The compiled configs of a CUDA kernel family as (elems_per_thread, threads_per_block, memcode, algocode).
 
-    tile and pipe share one list; chained has those and its staged configs (memcode 3);
-    strided (registers, memcode 0, or staged, memcode 3) and packed have their own. With a
-    complex `dtype` (complex64, complex128): the configs compiled for complex storage, which are
-    the tile kernel's vector configs, the chained kernel's staged ones, every strided and packed
-    config, and no pipe config.
-    Empty where the CUDA kernels are not loaded (build_info()["cuda_unavailable"] says why).
+    `kernel` is one of the families of csrc/registry.toml that take a config (tile, pipe,
+    chained, strided, packed); `dtype` the storage (float32 when None). Complex storage has
+    its own lists (the tile kernel's vector configs, the chained kernel's staged ones, and no
+    pipe configs); mixed storage (16-bit inputs, float32 coefficients) shares its 16-bit
+    dtype's. Empty where the CUDA kernels are not loaded (build_info()["cuda_unavailable"]
+    says why) or the family is not compiled for `dtype`.
     """
     if kernel not in _CONFIG_KERNELS:
         raise ValueError(f"linrec: kernel={kernel!r}; expected one of {', '.join(_CONFIG_KERNELS)}")
@@ -95,7 +99,11 @@ def compiled_configs(kernel: str = "tile", dtype: torch.dtype | None = None) -> 
         raise ValueError(f"linrec: dtype must be a torch.dtype or None, got {dtype!r}")
     if not _HAS_CUDA_KERNELS:
         return []
-    return [tuple(c) for c in _C_cuda.compiled_configs(kernel, dtype is not None and dtype.is_complex)]
+    name = str(dtype or torch.float32).removeprefix("torch.")
+    try:
+        return [tuple(c) for c in _C_cuda.compiled_configs(FAMILIES[kernel].id, name, name)]
+    except ValueError:
+        return []  # a dtype no storage type uses
 
 _BACKENDS = ("auto", "cuda", "triton")
 
@@ -151,6 +159,7 @@ def _resolve_backend(device_index: int) -> str:
             warnings.warn(f"linrec: no compiled kernels for {name}: {why}; using the Triton implementation",
                           stacklevel=3)
         return "triton"
+    tuning.install(_C_cuda, device_index, name)
     return "cuda"
 
 

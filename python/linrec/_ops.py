@@ -12,6 +12,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 from . import _C  # noqa: F401  (loading it registers the ops)
+from ._registry import KERNEL_AUTO
 
 fwd_op = torch.ops.linrec.linrec_fwd
 bwd_op = torch.ops.linrec.linrec_bwd
@@ -237,10 +238,7 @@ def _autograd_function(inputs, coeffs, initial):
     return None
 
 
-MAX_CUDA_SEQS = 2**31 - 1  # LINREC_MAX_CUDA_SEQS in csrc/params.h
-
-# The `kernel` argument of the ops.
-KERNEL_AUTO, KERNEL_REF, KERNEL_TILE, KERNEL_PIPE, KERNEL_CHAINED, KERNEL_STRIDED, KERNEL_PACKED = range(7)
+MAX_CUDA_SEQS = 2**31 - 1  # a launch's grid: at most 2^31-1 blocks (csrc/kernels/*.cuh)
 
 
 def call_compiled(inputs, coeffs, initial, dim, reverse, kernel=KERNEL_AUTO, elems_per_thread=0,

@@ -16,13 +16,12 @@ import json
 import torch
 
 import linrec
-from linrec._ops import KERNEL_CHAINED, KERNEL_PACKED, KERNEL_PIPE, KERNEL_STRIDED, KERNEL_TILE
+from linrec._registry import FAMILIES
 from linrec._timing import device_ms
 from linrec.impl import cuda
 
 DEFAULT_LENGTHS = [16, 64, 256, 1024, 4096, 16384, 65536]
-KERNELS = {"tile": KERNEL_TILE, "pipe": KERNEL_PIPE, "chained": KERNEL_CHAINED, "strided": KERNEL_STRIDED,
-           "packed": KERNEL_PACKED}
+KERNELS = {name: family.id for name, family in FAMILIES.items() if family.has_configs}
 
 
 # Largest relative error against the float64 reference that counts as correct:

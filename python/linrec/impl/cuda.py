@@ -1,23 +1,12 @@
-"""The compiled CUDA kernels, one function per kernel family.
+"""The compiled CUDA kernels, one function per kernel family of csrc/registry.toml.
 
-Each has the signature of linrec.linrec plus keyword config arguments that pick
-one compiled TileConfig (see linrec.compiled_configs(kernel)). The config reaches the
-op as plain ints, so torch.compile traces these calls like any other.
+Each `linrec_<family>` has the signature of linrec.linrec; the families that take a
+compiled TileConfig also take it as keyword arguments (elems_per_thread,
+threads_per_block, memcode, algocode; see linrec.compiled_configs(family, dtype)). The
+config reaches the op as plain ints, so torch.compile traces these calls like any other.
+Complex storage runs on the families compiled for it, at the configs listed for it.
 
-- linrec_ref: one thread per sequence, walking it step by step.
-- linrec_tile: one thread block scans a whole sequence held in registers
-  (at most elems_per_thread * threads_per_block elements).
-- linrec_pipe: the tile scan over consecutive tiles with a carry: any length.
-- linrec_chained: one block per tile, each finding its entering state by
-  decoupled look-back: any length, for few long sequences.
-- linrec_strided: lanes across sequences, time in chunks chained by look-back:
-  for sequences strided along their length (channel-last data), any length.
-- linrec_packed: several short sequences to a warp, each held whole by a
-  segment of lanes (at most 32 * elems_per_thread elements).
-
-Every family but linrec_pipe also takes complex64 / complex128, at the configs
-linrec.compiled_configs(kernel, dtype) lists for them (tile: the vector configs,
-memcode 1; chained: the staged ones, memcode 3).
+Families:
 """
 
 from __future__ import annotations
@@ -28,7 +17,11 @@ import torch
 
 from .. import compiled_configs
 from .._args import normalize
-from .._ops import KERNEL_CHAINED, KERNEL_PACKED, KERNEL_PIPE, KERNEL_REF, KERNEL_STRIDED, KERNEL_TILE, call_compiled
+from .._ops import call_compiled
+from .._registry import FAMILIES, STORAGES
+
+_COMPLEX_FAMILIES = frozenset(name for name, f in FAMILIES.items()
+                              if any(STORAGES[s].values.startswith("complex") for s in f.storages))
 
 
 def _check_cuda(inputs):
@@ -37,21 +30,18 @@ def _check_cuda(inputs):
 
 
 @functools.cache
-def _compiled(kernel, complex_storage):
-    return frozenset(compiled_configs(kernel, torch.complex64 if complex_storage else None))
+def _compiled(kernel, dtype):
+    return frozenset(compiled_configs(kernel, dtype))
 
 
-def _check_config(kernel, inputs, dim, elems_per_thread, threads_per_block, memcode, algocode):
-    config = (elems_per_thread, threads_per_block, memcode, algocode)
-    if config not in _compiled(kernel, inputs.is_complex()):
-        if inputs.is_complex() and config in _compiled(kernel, False):
-            raise ValueError(
-                f"linrec_{kernel}: config {config} is not compiled for {inputs.dtype}; see "
-                f"linrec.compiled_configs({kernel!r}, {inputs.dtype})"
-            )
+def _check_config(kernel, inputs, dim, config):
+    """The checks the op makes, in Python: under torch 2.11 an error raised inside the op ends the process."""
+    elems_per_thread, threads_per_block = config[:2]
+    if config not in _compiled(kernel, inputs.dtype):
         raise ValueError(
             f"linrec_{kernel}: config (elems_per_thread, threads_per_block, memcode, algocode) = {config} "
-            f"is not compiled; see linrec.compiled_configs({kernel!r}), or build with LINREC_CONFIGS=full"
+            f"is not compiled for {inputs.dtype}; see linrec.compiled_configs({kernel!r}, {inputs.dtype}), "
+            "or build with LINREC_CONFIGS=full"
         )
     if kernel == "packed" and inputs.shape[dim] > 32 * elems_per_thread:
         raise ValueError(
@@ -66,52 +56,36 @@ def _check_config(kernel, inputs, dim, elems_per_thread, threads_per_block, memc
         )
 
 
-def _run_config(kernel, kernel_id, inputs, coeffs, reverse, dim, initial, config):
-    """Check the arguments and the config, then run one compiled kernel with it."""
-    complex_ok = kernel != "pipe"  # which configs are compiled for complex storage: _check_config
-    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse, complex_ok=complex_ok)
-    _check_cuda(inputs)
-    _check_config(kernel, inputs, dim, *config)
-    return call_compiled(inputs, coeffs, initial, dim, reverse, kernel_id, *config)
+def _family_function(kernel, family):
+    """linrec_<kernel>: checks its arguments and its config, then runs the family's compiled kernel."""
+    complex_ok = kernel in _COMPLEX_FAMILIES
+
+    def run(inputs, coeffs, reverse=False, *, dim=-1, initial=None, **config):
+        inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse, complex_ok=complex_ok)
+        _check_cuda(inputs)
+        if not family.has_configs:
+            if config:
+                raise TypeError(f"linrec_{kernel} takes no config, got {', '.join(config)}")
+            return call_compiled(inputs, coeffs, initial, dim, reverse, family.id)
+        defaults = dict(zip(_CONFIG_ARGS, family.default_config))
+        unknown = set(config) - set(defaults)
+        if unknown:
+            raise TypeError(f"linrec_{kernel} got unexpected arguments {', '.join(sorted(unknown))}")
+        values = tuple({**defaults, **config}[name] for name in _CONFIG_ARGS)
+        _check_config(kernel, inputs, dim, values)
+        return call_compiled(inputs, coeffs, initial, dim, reverse, family.id, *values)
+
+    run.__name__ = run.__qualname__ = f"linrec_{kernel}"
+    takes = (f" Config keywords and defaults: {dict(zip(_CONFIG_ARGS, family.default_config))}."
+             if family.has_configs else "")
+    run.__doc__ = f"The {kernel} kernels: {family.doc}.{takes}"
+    return run
 
 
-def linrec_ref(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
-    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse, complex_ok=True)
-    _check_cuda(inputs)
-    return call_compiled(inputs, coeffs, initial, dim, reverse, KERNEL_REF)
+_CONFIG_ARGS = ("elems_per_thread", "threads_per_block", "memcode", "algocode")
 
-
-def linrec_tile(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems_per_thread=16,
-                threads_per_block=256, memcode=1, algocode=3):
-    return _run_config("tile", KERNEL_TILE, inputs, coeffs, reverse, dim, initial,
-                       (elems_per_thread, threads_per_block, memcode, algocode))
-
-
-def linrec_pipe(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems_per_thread=8,
-                threads_per_block=256, memcode=1, algocode=3):
-    return _run_config("pipe", KERNEL_PIPE, inputs, coeffs, reverse, dim, initial,
-                       (elems_per_thread, threads_per_block, memcode, algocode))
-
-
-def linrec_chained(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems_per_thread=8,
-                   threads_per_block=64, memcode=1, algocode=3):
-    """One block per tile; the scan always runs in full (algocode is ignored beyond the config lookup)."""
-    return _run_config("chained", KERNEL_CHAINED, inputs, coeffs, reverse, dim, initial,
-                       (elems_per_thread, threads_per_block, memcode, algocode))
-
-
-def linrec_strided(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems_per_thread=16,
-                   threads_per_block=256, memcode=3, algocode=3):
-    """Lanes across 32 sequences (64 for 16-bit channel pairs), elems_per_thread steps per thread,
-    threads_per_block / 32 warps splitting a chunk of time, each thread's steps in registers
-    (memcode 0) or staged in shared memory (memcode 3); see linrec.compiled_configs("strided")."""
-    return _run_config("strided", KERNEL_STRIDED, inputs, coeffs, reverse, dim, initial,
-                       (elems_per_thread, threads_per_block, memcode, algocode))
-
-
-def linrec_packed(inputs, coeffs, reverse=False, *, dim=-1, initial=None, elems_per_thread=4,
-                  threads_per_block=256, memcode=1, algocode=3):
-    """Sequences of at most 32 * elems_per_thread elements, several to a warp; see
-    linrec.compiled_configs("packed")."""
-    return _run_config("packed", KERNEL_PACKED, inputs, coeffs, reverse, dim, initial,
-                       (elems_per_thread, threads_per_block, memcode, algocode))
+__all__ = []
+for _name, _family in FAMILIES.items():
+    globals()[f"linrec_{_name}"] = _family_function(_name, _family)
+    __all__.append(f"linrec_{_name}")
+    __doc__ += f"- linrec_{_name}: {_family.doc}.\n"

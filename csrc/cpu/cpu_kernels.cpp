@@ -21,7 +21,8 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "launch.h"
+#include "../kernels/launch.h"
+#include "storages.h"
 
 namespace linrec {
 namespace {
@@ -189,32 +190,12 @@ void bwd(const BackwardParams& p) {
   for_each_run(p, kBwdHasSteps, [&]<int kLanes>(const SeqRun<kNumBwdSlots>& r) { bwd_run<T, Tc, kLanes>(p, r); });
 }
 
-// Calls Fn<T, Tc>::run(p) for the storage types of a call.
-template <template <typename, typename> class Fn, typename P>
-void by_storage(Storage storage, const P& p) {
-  if (storage.mixed()) {
-    if (storage.coeffs == DType::kFloat32 && storage.values == DType::kFloat16)
-      return Fn<c10::Half, float>::run(p);
-    if (storage.coeffs == DType::kFloat32 && storage.values == DType::kBFloat16)
-      return Fn<c10::BFloat16, float>::run(p);
-    throw std::invalid_argument("linrec: coefficients of another dtype than the inputs' are float32 beside "
-                                "float16 or bfloat16 inputs only");
-  }
-  switch (storage.values) {
-    case DType::kFloat32: return Fn<float, float>::run(p);
-    case DType::kFloat64: return Fn<double, double>::run(p);
-    case DType::kFloat16: return Fn<c10::Half, c10::Half>::run(p);
-    case DType::kBFloat16: return Fn<c10::BFloat16, c10::BFloat16>::run(p);
-    case DType::kComplex64: return Fn<c10::complex<float>, c10::complex<float>>::run(p);
-    case DType::kComplex128: return Fn<c10::complex<double>, c10::complex<double>>::run(p);
-  }
-}
 template <typename T, typename Tc> struct Fwd { static void run(const ForwardParams& p) { fwd<T, Tc>(p); } };
 template <typename T, typename Tc> struct Bwd { static void run(const BackwardParams& p) { bwd<T, Tc>(p); } };
 
 }  // namespace
 
-void cpu_fwd(const ForwardParams& p, Storage storage) { by_storage<Fwd>(storage, p); }
-void cpu_bwd(const BackwardParams& p, Storage storage) { by_storage<Bwd>(storage, p); }
+void cpu_fwd(const ForwardParams& p, Storage storage) { for_cpu_storage<Fwd>(storage, p); }
+void cpu_bwd(const BackwardParams& p, Storage storage) { for_cpu_storage<Bwd>(storage, p); }
 
 }  // namespace linrec

@@ -13,7 +13,7 @@
 #pragma once
 #include <cstdint>
 
-#include "../memio.h"
+#include "../../memio.h"
 #include "complex.cuh"
 
 namespace linrec {

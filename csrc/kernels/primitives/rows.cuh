@@ -9,8 +9,8 @@
 #include <array>
 #include <cstdint>
 
-#include "../memio.h"
-#include "../params.h"
+#include "../../memio.h"
+#include "../../params.h"
 #include "grid_launch.cuh"
 
 namespace linrec {

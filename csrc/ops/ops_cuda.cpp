@@ -10,8 +10,8 @@
 #include <optional>
 #include <tuple>
 
-#include "dispatch.h"
-#include "kernels/launch.h"
+#include "../kernels/launch.h"
+#include "../tuning/kernel_choice.h"
 #include "op_args.h"
 
 namespace linrec {
@@ -22,46 +22,27 @@ struct KernelArgs {
   int64_t kernel, elems_per_thread, threads_per_block, memcode, algocode;
 };
 
-struct LaunchChoice {
-  KernelKind kind;
-  TileConfig config;
-};
-
-LaunchChoice choose(const KernelArgs& args, int64_t seq_len, int64_t num_seqs, bool interleaved, bool backward,
+// The compiled config named by the op's arguments, checked against what the family is
+// compiled at for this storage (csrc/registry.toml), or the tuned choice for kernel 0.
+KernelChoice choose(const KernelArgs& args, int64_t seq_len, int64_t num_seqs, bool interleaved, bool backward,
                     Storage storage, int device) {
-  const DType dtype = storage.values;
   const auto [kernel, elems_per_thread, threads_per_block, memcode, algocode] = args;
-  STD_TORCH_CHECK(kernel >= 0 && kernel <= 6,
-                  "linrec: kernel must be 0 (auto), 1 (ref), 2 (tile), 3 (pipe), 4 (chained), 5 (strided) or 6 "
-                  "(packed), got ", kernel);
+  STD_TORCH_CHECK(kernel >= 0 && kernel <= kMaxKernelKind, "linrec: kernel must be 0 (auto) or a family id from 1 "
+                  "to ", kMaxKernelKind, " (linrec/_registry.py), got ", kernel);
   const auto kind = static_cast<KernelKind>(kernel);
-  if (kind == KernelKind::kAuto && is_complex(dtype)) {
-    const KernelChoice c = select_complex_config(seq_len, interleaved, dtype == DType::kComplex128 ? 16 : 8);
-    return {c.kind, c.config};
-  }
-  STD_TORCH_CHECK(!is_complex(dtype) || kind != KernelKind::kPipe,
-                  "linrec: complex recurrences run on the ref (1), tile (2, vector configs), chained (4, staged "
-                  "configs), strided (5) and packed (6) CUDA kernels; the pipe kernel (3) is not compiled for them");
-  if (kind == KernelKind::kAuto) {
-    // Mixed storage takes the rule of its 16-bit values.
-    const int elem_bytes = dtype == DType::kFloat64 ? 8 : dtype == DType::kFloat32 ? 4 : 2;
-    const KernelChoice c =
-        select_config(seq_len, num_seqs, interleaved, backward, elem_bytes, cuda_sm_count(device));
-    return {c.kind, c.config};
-  }
-  STD_TORCH_CHECK(!is_complex(dtype) || kind != KernelKind::kTile || memcode == 1,
-                  "linrec: complex recurrences take the tile kernel's vector configs only (memcode 1), got memcode ",
-                  memcode);
-  STD_TORCH_CHECK(!is_complex(dtype) || kind != KernelKind::kChained || memcode == 3,
-                  "linrec: complex recurrences take the chained kernel's staged configs only (memcode 3), got "
-                  "memcode ", memcode);
-  const bool may_stage = kind == KernelKind::kChained || kind == KernelKind::kStrided;
-  const int64_t max_memcode = may_stage ? 3 : 2;  // 3: MemCode::kStaged, chained and strided only
-  STD_TORCH_CHECK(memcode >= 0 && memcode <= max_memcode, "linrec: memcode must be 0, 1, 2",
-                  may_stage ? " or 3" : " (3 is for the chained and strided kernels only)", ", got ", memcode);
-  STD_TORCH_CHECK(algocode >= 0 && algocode <= 3, "linrec: algocode must be 0, 1, 2 or 3, got ", algocode);
+  if (kind == KernelKind::kAuto)
+    return choose_kernel(storage, seq_len, num_seqs, interleaved, backward, device, cuda_sm_count(device));
+  const char* name = kernel_kind_name(kind);
+  STD_TORCH_CHECK(cuda_compiled(storage, kind), "linrec: the ", name, " kernels are not compiled for these dtypes");
+  STD_TORCH_CHECK(memcode >= 0 && memcode <= 3 && algocode >= 0 && algocode <= 3,
+                  "linrec: memcode and algocode must be 0 to 3, got ", memcode, " and ", algocode);
   const TileConfig config{static_cast<int>(elems_per_thread), static_cast<int>(threads_per_block),
                           static_cast<MemCode>(memcode), static_cast<AlgoCode>(algocode)};
+  if (kind == KernelKind::kRef) return {kind, config};
+  bool compiled = false;
+  for (const TileConfig& c : cuda_compiled_configs(storage, kind)) compiled = compiled || c == config;
+  STD_TORCH_CHECK(compiled, "linrec: the ", name, " kernels are not compiled for ", config.to_string(),
+                  " at these dtypes; see linrec.compiled_configs(", name, ", dtype)");
   if (kind == KernelKind::kTile)
     STD_TORCH_CHECK(seq_len <= config.tile_len(), "linrec: the tile kernel scans at most elems_per_thread * "
                     "threads_per_block = ", config.tile_len(), " elements, but the sequence has ", seq_len,
@@ -74,9 +55,7 @@ LaunchChoice choose(const KernelArgs& args, int64_t seq_len, int64_t num_seqs, b
 
 // The workspace of the chained and strided kernels, if `c` needs one (the launch clears it); kept
 // alive by the caller.
-std::optional<Tensor> chain_workspace(const Tensor& like, Storage storage, const LaunchChoice& c, int64_t num_seqs,
-                                      int64_t seq_len) {
-  const int64_t bytes = cuda_workspace_bytes(storage, c.kind, num_seqs, seq_len, c.config);
+std::optional<Tensor> chain_workspace(const Tensor& like, int64_t bytes) {
   if (bytes == 0) return std::nullopt;
   return torch::stable::new_empty(like, std::vector<int64_t>{bytes}, ScalarType::Byte);
 }
@@ -92,16 +71,18 @@ void* current_stream(const Tensor& t) {
 // than a sequence's own elements), allocates its workspace and launches it (`launch`: cuda_fwd
 // or cuda_bwd) on torch's current stream of `like`'s device.
 template <typename Params>
-using CudaLaunch = void (*)(const Params&, Storage, KernelKind, const TileConfig&, void* stream);
+using CudaLaunch = void (*)(const Params&, Storage, KernelKind, const TileConfig&, int64_t workspace_bytes,
+                            void* stream);
 
 template <typename Params>
 void launch_on_current_stream(const Tensor& like, Params& p, Storage storage, const KernelArgs& args, bool interleaved,
                               bool backward, CudaLaunch<Params> launch) {
   torch::stable::accelerator::DeviceGuard guard(like.get_device_index());
-  const LaunchChoice c = choose(args, p.seq_len, p.num_seqs, interleaved, backward, storage, like.get_device_index());
-  const std::optional<Tensor> workspace = chain_workspace(like, storage, c, p.num_seqs, p.seq_len);
+  const KernelChoice c = choose(args, p.seq_len, p.num_seqs, interleaved, backward, storage, like.get_device_index());
+  const int64_t workspace_bytes = cuda_workspace_bytes(storage, c.kind, p.num_seqs, p.seq_len, c.config);
+  const std::optional<Tensor> workspace = chain_workspace(like, workspace_bytes);
   if (workspace) p.chain_workspace = workspace->mutable_data_ptr();
-  launch(p, storage, c.kind, c.config, current_stream(like));
+  launch(p, storage, c.kind, c.config, workspace_bytes, current_stream(like));
 }
 
 Tensor linrec_fwd_cuda(Tensor inputs, Tensor coeffs, std::optional<Tensor> initial, int64_t dim, bool reverse,

@@ -16,8 +16,8 @@
 #include <tuple>
 #include <vector>
 
-#include "config.h"
-#include "params.h"
+#include "../config.h"
+#include "../params.h"
 
 namespace linrec {
 

@@ -6,7 +6,7 @@
 #include <optional>
 #include <tuple>
 
-#include "kernels/launch.h"
+#include "../kernels/launch.h"
 #include "op_args.h"
 
 namespace linrec {

@@ -13,8 +13,8 @@
 // `rev` reverses the logical order: threads, lanes, warps and elements are then
 // visited from last to first, so the same memory layout serves both directions.
 #pragma once
-#include "../config.h"
-#include "../memio.h"
+#include "../../config.h"
+#include "../../memio.h"
 
 namespace linrec {
 

@@ -1,0 +1,132 @@
+// The Python module linrec._C_cuda, written against the limited API (abi3): the
+// CUDA kernels. Its ops register themselves (ops_cuda.cpp, STABLE_TORCH_LIBRARY_IMPL)
+// when it loads; the module itself reports the compiled configs and kernel
+// attributes (linrec.compiled_configs, linrec.tune, linrec.func_attrs) and takes
+// the tuning tables (linrec/tuning).
+#include <Python.h>
+
+#include <exception>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "../kernels/launch.h"
+#include "../registry.h"
+#include "../tuning/kernel_choice.h"
+
+namespace {
+
+// The kernel kind and storage named by Python: a family id of the registry and two
+// torch dtype names. Sets a ValueError and returns false if either is unknown.
+bool parse_kind_and_storage(int kind, const char* values, const char* coeffs, linrec::KernelKind& out_kind,
+                            linrec::Storage& out_storage) {
+  const std::optional<linrec::DType> v = linrec::dtype_named(values), c = linrec::dtype_named(coeffs);
+  if (kind < 1 || kind > linrec::kMaxKernelKind || !v || !c) {
+    PyErr_SetString(PyExc_ValueError, "linrec: unknown kernel id or dtype name");
+    return false;
+  }
+  out_kind = static_cast<linrec::KernelKind>(kind);
+  out_storage = {*v, *c};
+  return true;
+}
+
+// compiled_configs(kind, values, coeffs): the configs a family is compiled at for a
+// storage, as (elems_per_thread, threads_per_block, memcode, algocode); [] where it is not
+// compiled for that storage.
+PyObject* compiled_configs(PyObject*, PyObject* args) {
+  int kind_id;
+  const char *values, *coeffs;
+  if (!PyArg_ParseTuple(args, "iss", &kind_id, &values, &coeffs)) return nullptr;
+  linrec::KernelKind kind;
+  linrec::Storage storage;
+  if (!parse_kind_and_storage(kind_id, values, coeffs, kind, storage)) return nullptr;
+  PyObject* list = PyList_New(0);
+  if (!list) return nullptr;
+  for (const linrec::TileConfig& c : linrec::cuda_compiled_configs(storage, kind)) {
+    PyObject* item = Py_BuildValue("(iiii)", c.elems_per_thread, c.threads_per_block,
+                                   static_cast<int>(c.memcode), static_cast<int>(c.algocode));
+    if (!item || PyList_Append(list, item) < 0) {
+      Py_XDECREF(item);
+      Py_DECREF(list);
+      return nullptr;
+    }
+    Py_DECREF(item);
+  }
+  return list;
+}
+
+// func_attrs(kind, values, coeffs, backward, variant, elems_per_thread, threads_per_block, memcode,
+// algocode): a dict, or None where the family has no such variant (0 the general kernel, 1 / 2
+// the aligned-rows kernel scanning forward / in reverse).
+PyObject* func_attrs(PyObject*, PyObject* args) {
+  int kind_id, backward, variant, e, t, m, a;
+  const char *values, *coeffs;
+  if (!PyArg_ParseTuple(args, "isspiiiii", &kind_id, &values, &coeffs, &backward, &variant, &e, &t, &m, &a))
+    return nullptr;
+  linrec::KernelKind kind;
+  linrec::Storage storage;
+  if (!parse_kind_and_storage(kind_id, values, coeffs, kind, storage)) return nullptr;
+  if (variant < 0 || variant > 2) {
+    PyErr_SetString(PyExc_ValueError, "linrec: func_attrs variant is 0 (general), 1 or 2 (aligned rows)");
+    return nullptr;
+  }
+  try {
+    const std::optional<linrec::FuncAttrs> r = linrec::cuda_func_attrs(
+        storage, kind, backward != 0, static_cast<linrec::KernelVariant>(variant),
+        linrec::TileConfig{e, t, static_cast<linrec::MemCode>(m), static_cast<linrec::AlgoCode>(a)});
+    if (!r) Py_RETURN_NONE;
+    return Py_BuildValue("{sisisisi}", "num_regs", r->num_regs, "local_bytes", r->local_bytes, "shared_bytes",
+                         r->shared_bytes, "max_threads", r->max_threads);
+  } catch (const std::exception& ex) {
+    PyErr_SetString(PyExc_RuntimeError, ex.what());
+    return nullptr;
+  }
+}
+
+// set_tuning_table(device, rows): device -1 for the default table; each row a tuple
+// (storages, direction, interleaved, min_len, max_len, max_seqs_per_sm, min_tiles, kind,
+// elems_per_thread, threads_per_block, memcode, algocode), as linrec/tuning builds them.
+PyObject* set_tuning_table(PyObject*, PyObject* args) {
+  int device;
+  PyObject* rows;
+  if (!PyArg_ParseTuple(args, "iO", &device, &rows)) return nullptr;
+  PyObject* seq = PySequence_Fast(rows, "linrec: tuning rows must be a sequence");
+  if (!seq) return nullptr;
+  std::vector<linrec::TuningRow> table;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    unsigned int storages;
+    int direction, interleaved, kind, e, t, m, a;
+    long long min_len, max_len, max_seqs_per_sm, min_tiles;
+    if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "IipLLLLiiiii", &storages, &direction, &interleaved,
+                          &min_len, &max_len, &max_seqs_per_sm, &min_tiles, &kind, &e, &t, &m, &a)) {
+      Py_DECREF(seq);
+      return nullptr;
+    }
+    table.push_back({storages, static_cast<linrec::Direction>(direction), interleaved != 0, min_len, max_len,
+                     max_seqs_per_sm, min_tiles, static_cast<linrec::KernelKind>(kind),
+                     linrec::TileConfig{e, t, static_cast<linrec::MemCode>(m), static_cast<linrec::AlgoCode>(a)}});
+  }
+  Py_DECREF(seq);
+  try {
+    linrec::set_tuning_table(device, std::move(table));
+  } catch (const std::exception& ex) {
+    PyErr_SetString(PyExc_ValueError, ex.what());
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
+PyMethodDef methods[] = {
+    {"compiled_configs", compiled_configs, METH_VARARGS,
+     "The compiled TileConfigs of a kernel family for a storage, as (elems_per_thread, threads_per_block, "
+     "memcode, algocode)."},
+    {"func_attrs", func_attrs, METH_VARARGS, "cudaFuncGetAttributes of one compiled kernel, or None."},
+    {"set_tuning_table", set_tuning_table, METH_VARARGS, "Set the tuning table of a device (-1: the default)."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C_cuda", "linrec CUDA kernels", -1, methods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__C_cuda(void) { return PyModule_Create(&module_def); }
