@@ -77,7 +77,7 @@ struct TileNumbering {
 //    199.0, 16 x 2^20 112.7 -> 106.0; fp32 2 x 2^22 104.9 -> 100.7, 4 x 2^20
 //    58.7 -> 54.8. With 64 sequences it gained at 2^18 (bf16 107.6 -> 103.6) and
 //    lost at 2^20 (fp32 733 -> 770), and 528 of 2^16 lost up to 3.7%: 16 is the
-//    most sequences measured to gain throughout (benchmarks/NOTES.md).
+//    most sequences measured to gain throughout (docs/design/0008-chained-interleaved-tiles.md).
 //  - The forward interleaved or not, the backward interleaved, another call:
 //    fwd+bwd up to 3% faster interleaved from 2 to 16 sequences, even at fp32
 //    16 x 2^20-2^22 (bf16 4 x 2^22 110.1 -> 107.1, 8 x 2^22 201.4 -> 198.4;
@@ -239,7 +239,7 @@ __global__ void __launch_bounds__(NT) chained_kernel(const Params p) {
 // The chained kernels with the tile staged in shared memory (MemCode::kStaged).
 // A block with its tile in registers holds E registers a tensor for the whole
 // of its life, most of which is the look-back (H100, 1 x 2^24 fp32: 6.7 of 9.2
-// µs; benchmarks/NOTES.md), and registers cap the tiles in flight at about 12
+// µs; docs/design/0003-chained-staged-tiles.md), and registers cap the tiles in flight at about 12
 // an SM. Here the tile waits in shared memory instead:
 //   1. the block stages its tensors' tiles (cp.async);
 //   2. each thread folds its E elements, read from shared memory, into its

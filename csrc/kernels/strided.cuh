@@ -208,7 +208,7 @@ __device__ __forceinline__ StridedThread<E, NT, V, kBackward, kLaneGroups> strid
 // total. The S lanes of a channel looking back together, each reading a window
 // (S x 4 statuses a round trip), measured slower: H100, (1, 2^20, 16) over dim 1,
 // forward µs fp32 96.0 -> 122.1, bf16 73.2 -> 83.0 (scripts/shape_sweep.py); so
-// did the warp's lanes as window slots, one status each (benchmarks/NOTES.md).
+// did the warp's lanes as window slots, one status each (docs/design/0011-strided-few-channels.md).
 template <int W, int V, typename Acc>
 __device__ __forceinline__ void resolve_warps(StridedStorage<Acc, V>& st, TileStatus<Acc>* statuses,
                                               int64_t padded_seqs, int64_t chunk, int channel_lanes, int channel_lane,

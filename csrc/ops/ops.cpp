@@ -42,7 +42,7 @@ STABLE_TORCH_LIBRARY(linrec, m) {
   // linrec_fwd without an autograd registration, for callers that differentiate it
   // themselves (linrec.linrec's autograd.Function): torch.library's Python autograd
   // kernel of linrec_fwd costs every call host time, grad or not (5 µs on a 2-core
-  // CPU, 12.5 µs on the H100 machine's; benchmarks/NOTES.md).
+  // CPU, 12.5 µs on the H100 machine's; docs/design/0015-host-time-eager-calls.md).
   m.def(
       "_linrec_fwd(Tensor inputs, Tensor coeffs, Tensor? initial, int dim, bool reverse, int kernel, "
       "int elems_per_thread, int threads_per_block, int memcode, int algocode) -> Tensor");

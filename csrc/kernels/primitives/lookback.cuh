@@ -69,7 +69,7 @@ struct ChainWorkspaceLayout {
 // StatusRead): evicted last. The tiles stream through L2 at the full DRAM rate
 // while their statuses are polled; the hint ranks the statuses above that
 // stream. Measured, not traced: H100, one sequence of 2^26, forward kernel µs
-// fp32 299 -> 295, bf16 154 -> 152 (benchmarks/NOTES.md).
+// fp32 299 -> 295, bf16 154 -> 152 (docs/design/0002-chained-lookback-statuses.md).
 __device__ __forceinline__ unsigned long long status_cache_policy() {
   unsigned long long policy;
   asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
