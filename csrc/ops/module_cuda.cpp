@@ -90,24 +90,24 @@ PyObject* set_tuning_table(PyObject*, PyObject* args) {
   int device;
   PyObject* rows;
   if (!PyArg_ParseTuple(args, "iO", &device, &rows)) return nullptr;
-  PyObject* seq = PySequence_Fast(rows, "linrec: tuning rows must be a sequence");
-  if (!seq) return nullptr;
+  // The limited API has no PySequence_Fast: items one by one, each a new reference.
+  const Py_ssize_t n = PySequence_Size(rows);
+  if (n < 0) return nullptr;
   std::vector<linrec::TuningRow> table;
-  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
   for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* row = PySequence_GetItem(rows, i);
+    if (!row) return nullptr;
     unsigned int storages;
     int direction, interleaved, kind, e, t, m, a;
     long long min_len, max_len, max_seqs_per_sm, min_tiles;
-    if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "IipLLLLiiiii", &storages, &direction, &interleaved,
-                          &min_len, &max_len, &max_seqs_per_sm, &min_tiles, &kind, &e, &t, &m, &a)) {
-      Py_DECREF(seq);
-      return nullptr;
-    }
+    const int ok = PyArg_ParseTuple(row, "IipLLLLiiiii", &storages, &direction, &interleaved, &min_len, &max_len,
+                                    &max_seqs_per_sm, &min_tiles, &kind, &e, &t, &m, &a);
+    Py_DECREF(row);
+    if (!ok) return nullptr;
     table.push_back({storages, static_cast<linrec::Direction>(direction), interleaved != 0, min_len, max_len,
                      max_seqs_per_sm, min_tiles, static_cast<linrec::KernelKind>(kind),
                      linrec::TileConfig{e, t, static_cast<linrec::MemCode>(m), static_cast<linrec::AlgoCode>(a)}});
   }
-  Py_DECREF(seq);
   try {
     linrec::set_tuning_table(device, std::move(table));
   } catch (const std::exception& ex) {
@@ -117,12 +117,37 @@ PyObject* set_tuning_table(PyObject*, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+// kernel_choice(values, coeffs, seq_len, num_seqs, interleaved, backward, device, sm_count): the
+// tuned choice, (kind, elems_per_thread, threads_per_block, memcode, algocode), of a call of that
+// shape on that device (its table, or the default one) with that many SMs.
+PyObject* kernel_choice(PyObject*, PyObject* args) {
+  const char *values, *coeffs;
+  long long seq_len, num_seqs;
+  int interleaved, backward, device, sm_count;
+  if (!PyArg_ParseTuple(args, "ssLLppii", &values, &coeffs, &seq_len, &num_seqs, &interleaved, &backward, &device,
+                        &sm_count))
+    return nullptr;
+  linrec::KernelKind unused;
+  linrec::Storage storage;
+  if (!parse_kind_and_storage(1, values, coeffs, unused, storage)) return nullptr;
+  try {
+    const linrec::KernelChoice c =
+        linrec::choose_kernel(storage, seq_len, num_seqs, interleaved != 0, backward != 0, device, sm_count);
+    return Py_BuildValue("(iiiii)", static_cast<int>(c.kind), c.config.elems_per_thread, c.config.threads_per_block,
+                         static_cast<int>(c.config.memcode), static_cast<int>(c.config.algocode));
+  } catch (const std::exception& ex) {
+    PyErr_SetString(PyExc_RuntimeError, ex.what());
+    return nullptr;
+  }
+}
+
 PyMethodDef methods[] = {
     {"compiled_configs", compiled_configs, METH_VARARGS,
      "The compiled TileConfigs of a kernel family for a storage, as (elems_per_thread, threads_per_block, "
      "memcode, algocode)."},
     {"func_attrs", func_attrs, METH_VARARGS, "cudaFuncGetAttributes of one compiled kernel, or None."},
     {"set_tuning_table", set_tuning_table, METH_VARARGS, "Set the tuning table of a device (-1: the default)."},
+    {"kernel_choice", kernel_choice, METH_VARARGS, "The tuned kernel and config for a call's shape."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C_cuda", "linrec CUDA kernels", -1, methods};
