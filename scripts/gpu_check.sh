@@ -6,15 +6,15 @@
 #     tests      the pytest suite (GPU tests included), filtered by $TESTS (pytest -k)
 #     attrs      python -m linrec.func_attrs (registers, spills)
 #     main       python -m linrec (the main job)
-#     sanitizer  compute-sanitizer memcheck + racecheck over scripts/sanitize_cases.py
+#     sanitizer  compute-sanitizer memcheck + racecheck over python -m tools sanitize-cases
 #     tune       python -m linrec.tune
-#     sweep      scripts/config_sweep.py $SWEEP_ARGS (kernel times of every compiled config;
+#     sweep      python -m tools config-sweep $SWEEP_ARGS (kernel times of every compiled config;
 #                several runs: SWEEP_ARGS="tile --lengths 10; pipe --lengths 11")
-#     shapes     scripts/shape_sweep.py $SHAPE_ARGS (the rule against torch.add between the
+#     shapes     python -m tools shape-sweep $SHAPE_ARGS (the rule against torch.add between the
 #                bench's cases; SHAPE_ARGS="--min-log 40" for its layouts alone)
 #     bench      python -m linrec.bench (table, JSON, PNG)
-#     models     scripts/models_bench.py (linrec.models: times, selective_scan's peak memory)
-#     complex    scripts/complex_bench.py (complex64 recurrences beside float32 and torch.add)
+#     models     python -m tools models-bench (linrec.models: times, selective_scan's peak memory)
+#     complex    python -m tools complex-bench (complex64 recurrences beside float32 and torch.add)
 # Env: LINREC_WHEEL (install this wheel with --no-deps instead of building),
 #      TORCH_CUDA_ARCH_LIST (default 9.0 when building), TESTS, BENCH_ARGS, TUNE_ARGS, SWEEP_ARGS.
 set -uo pipefail
@@ -23,6 +23,7 @@ shift || true
 steps=${*:-tests attrs main sanitizer bench}
 repo=$(pwd)
 mkdir -p "$out"
+out=$(cd "$out" && pwd)  # the steps run from /tmp or the repository root
 export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} MAX_JOBS=${MAX_JOBS:-16}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$out/gpu.txt"
@@ -35,6 +36,9 @@ else
 fi
 echo "install: $(( $(date +%s) - start )) s"
 cd /tmp  # import the installed package, not the source tree
+# The development tools (python -m tools) run from the repository root: its python/ (the source
+# package) is not on sys.path there, so they too import the installed linrec.
+run_tool() { (cd "$repo" && python3 -m tools "$@"); }
 python3 -m linrec --info > "$out/info.json"; head -6 "$out/info.json"
 
 for step in $steps; do
@@ -48,7 +52,7 @@ for step in $steps; do
     main) python3 -m linrec ;;
     sanitizer)
       for tool in memcheck racecheck; do
-        compute-sanitizer --tool $tool --error-exitcode 9 python3 "$repo/scripts/sanitize_cases.py" \
+        (cd "$repo" && compute-sanitizer --tool $tool --error-exitcode 9 python3 -m tools sanitize-cases) \
           > "$out/sanitizer_$tool.txt" 2>&1
         echo "compute-sanitizer $tool: exit $?"; tail -1 "$out/sanitizer_$tool.txt"
       done ;;
@@ -56,14 +60,14 @@ for step in $steps; do
     sweep)
       IFS=';' read -ra sweeps <<< "${SWEEP_ARGS:-tile}"
       for args in "${sweeps[@]}"; do
-        python3 "$repo/scripts/config_sweep.py" $args 2>&1 | tee -a "$out/sweep.txt"
+        run_tool config-sweep $args 2>&1 | tee -a "$out/sweep.txt"
       done ;;
-    shapes) python3 "$repo/scripts/shape_sweep.py" ${SHAPE_ARGS:-} --json "$out/shapes.json" 2>&1 | tee "$out/shapes.txt" ;;
+    shapes) run_tool shape-sweep ${SHAPE_ARGS:-} --json "$out/shapes.json" 2>&1 | tee "$out/shapes.txt" ;;
     bench)  # eval: BENCH_ARGS may quote an argument, e.g. --only ' x 2^2'
       eval "python3 -m linrec.bench --json \"\$out/bench.json\" --png \"\$out/bench.png\" ${BENCH_ARGS:-}" 2>&1 |
         tee "$out/bench.txt" | tail -150 ;;
-    models) python3 "$repo/scripts/models_bench.py" --json "$out/models.json" 2>&1 | tee "$out/models.txt" ;;
-    complex) python3 "$repo/scripts/complex_bench.py" --json "$out/complex.json" 2>&1 | tee "$out/complex.txt" ;;
+    models) run_tool models-bench --json "$out/models.json" 2>&1 | tee "$out/models.txt" ;;
+    complex) run_tool complex-bench --json "$out/complex.json" 2>&1 | tee "$out/complex.txt" ;;
     *) echo "unknown step $step" ;;
   esac
 done

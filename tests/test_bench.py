@@ -1,10 +1,11 @@
 """The benchmark's input cycling (python -m linrec.bench): a pass over the copies moves at least twice L2;
-and scripts/check_floors.py's verdicts on a hand-made bench file."""
+and python -m tools check-floors's verdicts on a hand-made bench file."""
 
 import pytest
 import torch
 
 from linrec.bench import input_sets
+from tools import check_floors
 
 
 @pytest.mark.parametrize("backward", [False, True])
@@ -31,23 +32,12 @@ def test_input_sets_large_case_is_not_copied():
     assert only[0] is x and only[1] is c
 
 
-def load_check_floors():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / "check_floors.py"
-    spec = importlib.util.spec_from_file_location("check_floors", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def bench_row(case, backward, impl, gbs, ms, dtype="float32"):
     return dict(case=case, dtype=dtype, backward=backward, impl=impl, gbs=gbs, ms=ms)
 
 
 def test_check_floors_verdicts():
-    """scripts/check_floors.py applies each kind of floor to a hand-made bench file: fractions
+    """python -m tools check-floors applies each kind of floor to a hand-made bench file: fractions
     of copy, fractions relative to the baseline's, and times relative to the baseline's."""
     rows = [
         # L >= 4096: 2880 / 3000 = 0.96 >= 0.95 forward; 2700 / 3000 = 0.90 < 0.92 fwd+bwd.
@@ -66,7 +56,7 @@ def test_check_floors_verdicts():
         # No baseline in the file: no verdict.
         bench_row("4 x 2^22", True, "linrec", 1000, 1.0),
     ]
-    verdicts = load_check_floors().check({"copy_gbs": 3000.0, "rows": rows})
+    verdicts = check_floors.check({"copy_gbs": 3000.0, "rows": rows})
     got = {(v["case"], v["dtype"], v["backward"]): v["ok"] for v in verdicts}
     assert got == {
         ("grid L=4096", "float32", False): True,

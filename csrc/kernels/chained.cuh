@@ -71,7 +71,7 @@ struct TileNumbering {
 
 // Which launches interleave: the backward's of up to 16 sequences, the
 // forward's of up to 4. Measured on the H100, one build switched at run time,
-// the chained kernel's call in scripts/shape_sweep.py (µs, two runs each).
+// the chained kernel's call in python -m tools shape-sweep (µs, two runs each).
 //  - Backward and forward interleaved against neither, one device call, fwd+bwd:
 //    bf16 4 x 2^22 116.5 -> 109.2, 8 x 2^20 68.5 -> 63.2, 8 x 2^22 207.4 ->
 //    199.0, 16 x 2^20 112.7 -> 106.0; fp32 2 x 2^22 104.9 -> 100.7, 4 x 2^20

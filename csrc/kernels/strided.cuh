@@ -178,7 +178,7 @@ __device__ __forceinline__ StridedThread<E, NT, V, kBackward, kLaneGroups> strid
   const StridedLayout layout = strided_layout(p.num_seqs, p.seq_len, Thread::W, E, V,
                                               kLaneGroups ? strided_channel_lanes(p.num_seqs, V) : kWarpSize);
   // The block index, as in chained_tile: an atomic ticket cost an L2 round trip
-  // before a block's first load. H100, scripts/shape_sweep.py, µs forward /
+  // before a block's first load. H100, python -m tools shape-sweep, µs forward /
   // fwd+bwd: (8, 4096, 2048) bf16 149.9 / 391.0 -> 146.2 / 384.6, (32, 4096, 256)
   // bf16 85.3 / 218.3 -> 82.3 / 211.1, (1, 2^20, 16) fp32 96.5 / 240.2 -> 92.6 / 225.0.
   const int64_t number = blockIdx.x;
@@ -207,7 +207,7 @@ __device__ __forceinline__ StridedThread<E, NT, V, kBackward, kLaneGroups> strid
 // sequences are `initial`), then write every warp's entering state over its
 // total. The S lanes of a channel looking back together, each reading a window
 // (S x 4 statuses a round trip), measured slower: H100, (1, 2^20, 16) over dim 1,
-// forward µs fp32 96.0 -> 122.1, bf16 73.2 -> 83.0 (scripts/shape_sweep.py); so
+// forward µs fp32 96.0 -> 122.1, bf16 73.2 -> 83.0 (python -m tools shape-sweep); so
 // did the warp's lanes as window slots, one status each (docs/design/0011-strided-few-channels.md).
 template <int W, int V, typename Acc>
 __device__ __forceinline__ void resolve_warps(StridedStorage<Acc, V>& st, TileStatus<Acc>* statuses,

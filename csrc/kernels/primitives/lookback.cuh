@@ -312,7 +312,7 @@ __device__ __forceinline__ void look_back_thread(TileStatus<Acc>* statuses, int6
   // thousands of chunks (channel-last data with few channels and long T) keep
   // many unresolved chunks between a chunk and the nearest inclusive one, and
   // one status a round trip was the whole lag there. H100, µs fwd / fwd+bwd,
-  // windows of 1 / 4 / 8 (scripts/ab_builds.sh with scripts/shape_sweep.py, one
+  // windows of 1 / 4 / 8 (tools/ab_builds.sh with python -m tools shape-sweep, one
   // device call): (1, 2^20, 16) over dim 1 fp32 164.9 / 146.5 / 167.2 and 393.9 /
   // 343.9 / 382.9, bf16 237.2 / 188.6 / 270.0; (4, 2^18, 64) bf16 205.5 / 191.5 /
   // 230.9; the bench's (8, 4096, 2048), whose chains are 32 chunks, within 1%.

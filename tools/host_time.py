@@ -6,7 +6,7 @@ times the host side alone: samples of `inner` calls back to back on the host
 clock (the GPU queue is drained between samples, so that it never fills), and
 single cudaDeviceGetAttribute queries through the CUDA runtime that torch loads.
 
-    python scripts/host_time.py [--reps 50]
+    python -m tools host-time [--reps 50]
 """
 
 from __future__ import annotations
@@ -46,10 +46,10 @@ def cudart():
     return ctypes.CDLL(candidates[0] if candidates else "libcudart.so")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tools host-time", description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=50)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     print(torch.cuda.get_device_name(0))
     reps = args.reps
     try:
@@ -76,7 +76,8 @@ def main() -> None:
             dy = torch.randn_like(x)
             both = median_us(lambda: linrec.linrec(xg, cg).backward(dy), reps, inner=10)
             print(f"{label:>14} {str(dtype):>15}: forward {fwd:8.1f} us, forward+backward {both:8.1f} us (host)")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -5,9 +5,9 @@ each cell is the median kernel duration of the forward / the fused backward at a
 config, called through torch.ops.linrec.linrec_fwd / linrec_bwd (no workspace fill or other
 kernel counted).
 
-Usage: python scripts/config_sweep.py packed  [--seqs 13200] [--lengths 4 5 6 7 8 9]
-       python scripts/config_sweep.py tile    [--seqs 13200] [--lengths 9 10 11 12]  (and pipe, strided)
-       python scripts/config_sweep.py chained [--shapes 1x22 1x24 4x22 1x26] [--registers]
+Usage: python -m tools config-sweep packed  [--seqs 13200] [--lengths 4 5 6 7 8 9]
+       python -m tools config-sweep tile    [--seqs 13200] [--lengths 9 10 11 12]  (and pipe, strided)
+       python -m tools config-sweep chained [--shapes 1x22 1x24 4x22 1x26] [--registers]
 --dtypes takes complex64 / complex128 too (the configs compiled for complex storage; rows of
 zero imaginary part, which time as any other).
 """
@@ -19,8 +19,8 @@ import torch
 
 import linrec
 from linrec._registry import FAMILIES
-from kernel_times import kernel_medians
 from linrec.bench import copies_past_l2
+from tools.kernel_times import kernel_medians
 
 KERNEL_IDS = {name: family.id for name, family in FAMILIES.items() if family.has_configs}
 # What the kernels' names contain (pipe is the tile template with another schedule).
@@ -57,8 +57,8 @@ def kernel_us(fn, reps, kernel):
     return times[0]
 
 
-def main():
-    parser = argparse.ArgumentParser()
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools config-sweep", description=__doc__.splitlines()[0])
     parser.add_argument("kernel", choices=sorted(KERNEL_IDS))
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
     parser.add_argument("--seqs", type=int, default=13200, help="packed, tile, pipe, strided: sequences")
@@ -69,7 +69,7 @@ def main():
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--cold", action="store_true", help="cycle the inputs past L2 (as the bench does)")
     parser.add_argument("--registers", action="store_true", help="chained: the register-tile configs too")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     kid = KERNEL_IDS[args.kernel]
     if args.kernel != "chained":
         shapes = [(args.seqs, 2**lg) for lg in args.lengths]
@@ -101,7 +101,8 @@ def main():
             print(" | ".join(row), flush=True)
             del x, c, y, dy, fwd_args, bwd_args
             torch.cuda.empty_cache()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -8,7 +8,7 @@ The floors, as fractions of the run's copy bandwidth or ratios to the same run's
   any other case           fwd >= 0.85 of copy, fwd+bwd >= 0.80 (few long sequences, channel-last)
 The same floors hold for every dtype.
 
-Usage: python scripts/check_floors.py benchmarks/bench_h100.json [--impl linrec]
+Usage: python -m tools check-floors benchmarks/bench_h100.json [--impl linrec]
 Exits 1 if any floor is missed.
 """
 
@@ -46,8 +46,8 @@ def check(bench, impl="linrec"):
     return verdicts
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools check-floors", description=__doc__.splitlines()[0])
     parser.add_argument("path")
     parser.add_argument("--impl", default="linrec")
     args = parser.parse_args(argv)

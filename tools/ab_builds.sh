@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # On a GPU machine: build this tree once per compile-time variant and time each
-# with scripts/kernel_times.py, in one call, so the variants share a device.
-# Usage: bash scripts/ab_builds.sh OUTDIR VARIANT...
+# with python -m tools kernel-times, in one call, so the variants share a device.
+# Usage: bash tools/ab_builds.sh OUTDIR VARIANT...
 #   VARIANT is NAME=FLAGS, FLAGS passed to nvcc (NVCC_APPEND_FLAGS), e.g. base= frontier=-DLINREC_X=1
-# Env: TIMES_ARGS (kernel_times.py arguments, default --lengths 22 24 26), BENCH_ARGS (if set,
+# Env: TIMES_ARGS (kernel-times arguments, default --lengths 22 24 26), BENCH_ARGS (if set,
 #      `python -m linrec.bench` with these arguments instead: whole calls replayed from a CUDA graph,
 #      e.g. BENCH_ARGS="--impls linrec --only 2^2"; several runs separated by ';'),
-#      SHAPE_ARGS (if set, scripts/shape_sweep.py with these arguments instead, e.g.
+#      SHAPE_ARGS (if set, python -m tools shape-sweep with these arguments instead, e.g.
 #      SHAPE_ARGS="--min-log 40" for its layouts alone),
 #      TESTS (pytest -k run after the last variant's timing, on that build).
 set -uo pipefail
 out=$1; shift
-repo=$(pwd)
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 mkdir -p "$out"
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} MAX_JOBS=${MAX_JOBS:-16} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
@@ -25,7 +25,7 @@ for variant in "$@"; do
     { cp "$log" "$out/"; tail -30 "$log"; exit 1; }
   echo "== $name ($flags): built in $(( $(date +%s) - start )) s"
   if [ -n "${SHAPE_ARGS:-}" ]; then
-    (cd /tmp && python3 "$repo/scripts/shape_sweep.py" $SHAPE_ARGS) 2>&1 | tee "$out/times_$name.txt"
+    (cd "$repo" && python3 -m tools shape-sweep $SHAPE_ARGS) 2>&1 | tee "$out/times_$name.txt"
   elif [ -n "${BENCH_ARGS:-}" ]; then
     : > "$out/times_$name.txt"
     IFS=';' read -ra bench_runs <<< "$BENCH_ARGS"
@@ -33,7 +33,7 @@ for variant in "$@"; do
       (cd /tmp && eval "python3 -m linrec.bench $args") 2>&1 | tee -a "$out/times_$name.txt"
     done
   else
-    (cd /tmp && python3 "$repo/scripts/kernel_times.py" ${TIMES_ARGS:---lengths 22 24 26}) 2>&1 | tee "$out/times_$name.txt"
+    (cd "$repo" && python3 -m tools kernel-times ${TIMES_ARGS:---lengths 22 24 26}) 2>&1 | tee "$out/times_$name.txt"
   fi
 done
 if [ -n "${TESTS:-}" ]; then

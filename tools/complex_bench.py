@@ -1,10 +1,12 @@
-"""Time complex recurrences on a GPU: linrec.linrec on complex64 (whichever path linrec/_complex.py
+"""Complex64 recurrences beside the float32 scan and torch.add on a GPU, fwd and fwd+bwd.
+
+Time complex recurrences on a GPU: linrec.linrec on complex64 (whichever path linrec/_complex.py
 takes), eager and under torch.compile, beside the compiled op's chained kernels on rows, the
 fallback of two real scans, the float32 scan of the same shape and torch.add of complex64,
 forward and forward+backward, timed as linrec.bench times its cases (CUDA-graph replays, inputs
 cycled past L2).
 
-    python scripts/complex_bench.py [--json FILE]
+    python -m tools complex-bench [--json FILE]
 
 Fraction of copy bandwidth counts the bytes a fused kernel must move (3 tensors forward, 8
 forward+backward, 8 bytes a complex64 element), so it reads as linrec.bench's figures.
@@ -44,8 +46,8 @@ def complex_case(shape, seed=0):
     return x, c
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools complex-bench", description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="also write the rows to this file")
     parser.add_argument("--reps", type=int, default=20)
     args = parser.parse_args(argv)
@@ -84,7 +86,8 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(device=torch.cuda.get_device_name(), copy_gbs=copy, rows=rows), f, indent=1)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

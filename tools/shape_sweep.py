@@ -10,8 +10,8 @@ config (the same kernel where the rule picks it), so that a better threshold sho
 Prints a table (its /copy column counts three or eight full-size tensors, broadcast
 coefficients too); --json writes it.
 
-    python scripts/shape_sweep.py [--dtypes float32 bfloat16] [--seqs 1 8 ...] [--lengths 11 12 ...]
-                                  [--min-log 21] [--max-log 26] [--no-layouts]
+    python -m tools shape-sweep [--dtypes float32 bfloat16] [--seqs 1 8 ...] [--lengths 11 12 ...]
+                                [--min-log 21] [--max-log 26] [--no-layouts]
 """
 
 from __future__ import annotations
@@ -92,8 +92,8 @@ def shape_cases(seq_counts, log_lengths, min_log, max_log, layouts):
         yield from LAYOUTS
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools shape-sweep", description=__doc__.splitlines()[0])
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
     parser.add_argument("--min-log", type=int, default=21, help="smallest element count, log2")
     parser.add_argument("--max-log", type=int, default=26, help="largest element count, log2")
@@ -144,6 +144,7 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(device=torch.cuda.get_device_name(), copy_gbs=copy, rows=rows), f, indent=1)
+    return 0
 
 
 if __name__ == "__main__":

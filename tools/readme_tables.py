@@ -1,14 +1,16 @@
 """The README's performance tables, from a `python -m linrec.bench --json` file.
 
-Usage: python scripts/readme_tables.py benchmarks/bench_h100.json
+Usage: python -m tools readme-tables benchmarks/bench_h100.json
 """
 
+import argparse
 import json
-import sys
 
 
-def main(path):
-    bench = json.load(open(path))
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools readme-tables", description=__doc__.splitlines()[0])
+    parser.add_argument("path", help="a python -m linrec.bench --json file")
+    bench = json.load(open(parser.parse_args(argv).path))
     rows = bench["rows"]
     cases = list(dict.fromkeys(r["case"] for r in rows))
     for dtype in dict.fromkeys(r["dtype"] for r in rows):
@@ -31,7 +33,8 @@ def main(path):
             frac = lambda pair: " / ".join("-" if r is None else f"{r['frac']:.2f}" for r in pair)
             ratio = " / ".join(f"{o['ms'] / b['ms']:.2f}" for o, b in zip(ours, base))
             print(f"| {case} | {frac(base)} | {frac(ours)} | {frac(triton)} | {ratio} |")
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    raise SystemExit(main())

@@ -4,7 +4,7 @@ Shows what a call's time is made of (the chained kernels' workspace fill, the
 scan kernel itself) and how a kernel's time grows with the length: fitting
 t = a * n + b over lengths separates the steady rate from a fixed cost.
 
-Usage: python scripts/kernel_times.py [--dtypes float32 bfloat16] [--lengths 22 23 24 25 26] [--seqs 1]
+Usage: python -m tools kernel-times [--dtypes float32 bfloat16] [--lengths 22 23 24 25 26] [--seqs 1]
 """
 
 import argparse
@@ -32,13 +32,13 @@ def kernel_medians(fn, reps):
     return {name: (statistics.median(ts), len(ts) // reps) for name, ts in times.items()}
 
 
-def main():
-    parser = argparse.ArgumentParser()
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools kernel-times", description=__doc__.splitlines()[0])
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
     parser.add_argument("--lengths", nargs="+", type=int, default=[22, 23, 24, 25, 26], help="log2 lengths")
     parser.add_argument("--seqs", type=int, default=1)
     parser.add_argument("--reps", type=int, default=20)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     print(torch.cuda.get_device_name())
     for dtype_name in args.dtypes:
         dtype = getattr(torch, dtype_name)
@@ -58,7 +58,8 @@ def main():
                     print(f"{dtype_name:9s} {args.seqs} x 2^{log_len} {case:4s} {us:9.1f} us  x{per_call}  {name[:90]}")
             del x, c, y, dy
             torch.cuda.empty_cache()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,9 +1,11 @@
-"""Time linrec.models on a GPU: the layers of Martin & Cundy against torch.nn.LSTM (cuDNN) of the
+"""linrec.models against torch.nn.LSTM (cuDNN), and Mamba's selective scan, on a GPU.
+
+Time linrec.models on a GPU: the layers of Martin & Cundy against torch.nn.LSTM (cuDNN) of the
 same hidden size, and Mamba's selective scan (time, and the peak memory of a forward+backward),
 forward and forward+backward (eager, median of CUDA-event timings: the layers' host work is part
 of what a training step pays).
 
-    python scripts/models_bench.py [--json FILE] [--profile BATCHxLENGTH]
+    python -m tools models-bench [--json FILE] [--profile BATCHxLENGTH]
 
 --profile instead splits one forward+backward of LSLSTM and torch.nn.LSTM at that shape (hidden
 256, float32) by GPU kernel (torch.profiler): matrix products, linrec's scans, the rest.
@@ -144,15 +146,15 @@ def profile_layers(batch, length, hidden=256):
             print(f"    {e.self_device_time_total / 1e3:8.3f} ms  x{e.count:<4} {e.key[:90]}")
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools models-bench", description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="also write the rows to this file")
     parser.add_argument("--profile", metavar="BATCHxLENGTH", help="split LSLSTM and torch.nn.LSTM by kernel")
     args = parser.parse_args(argv)
     torch.backends.cudnn.benchmark = True
     if args.profile:
         profile_layers(*(int(n) for n in args.profile.split("x")))
-        return
+        return 0
     rows = []
     for tf32 in (False, True):
         time_layers(rows, 256, [(1, 8192), (16, 1024), (256, 256)], torch.float32, tf32)
@@ -169,7 +171,8 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
