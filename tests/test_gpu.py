@@ -27,8 +27,9 @@ STAGED_CONFIGS = [c for c in linrec.compiled_configs("chained") if c[2] == 3]
 
 
 def poison(nbytes: int) -> None:
-    """Leave NaN-filled free blocks of about nbytes in the caching allocator."""
-    blocks = [torch.full((max(nbytes // 4, 1),), float("nan"), device="cuda") for _ in range(6)]
+    """Leave NaN-filled free blocks of about nbytes in the caching allocator. All bits set is a
+    NaN in every dtype; a float32 NaN (0x7FC00000) reads as 0 and NaN in 16-bit halves."""
+    blocks = [torch.full((max(nbytes, 1),), 0xFF, dtype=torch.uint8, device="cuda") for _ in range(6)]
     del blocks
 
 
@@ -70,13 +71,16 @@ def row_layout(num_seqs, length, layout, dtype, device="cuda"):
 
 
 def check_fwd_bwd(fn, x, c, h0, reverse, dim=-1):
-    """Forward and all three gradients of fn against autograd through the float64 reference."""
+    """Forward and the gradients of fn (all three, or two where h0 is None) against autograd
+    through the float64 reference."""
     tol = TOL[x.dtype]
     # detach() keeps each view's strides and offset; clone() would make a
     # strided or misaligned view contiguous before the op saw it.
-    leaves = [t.detach().requires_grad_() for t in (x, c)] + [h0.detach().clone().requires_grad_()]
+    leaves = [t.detach().requires_grad_() for t in (x, c)]
+    if h0 is not None:
+        leaves.append(h0.detach().clone().requires_grad_())
     poison(3 * x.numel() * x.element_size())
-    y = fn(leaves[0], leaves[1], reverse, dim=dim, initial=leaves[2])
+    y = fn(leaves[0], leaves[1], reverse, dim=dim, initial=leaves[2] if h0 is not None else None)
     dy = torch.randn_like(y)
     poison(3 * x.numel() * x.element_size())
     grads = torch.autograd.grad(y, leaves, dy)
@@ -84,13 +88,13 @@ def check_fwd_bwd(fn, x, c, h0, reverse, dim=-1):
 
     if x.shape[dim] == 0:  # nothing to scan: the initial state gets no gradient
         assert y.shape == x.shape and grads[0].shape == x.shape and grads[1].shape == x.shape
-        assert torch.equal(grads[2], torch.zeros_like(h0))
+        assert h0 is None or torch.equal(grads[2], torch.zeros_like(h0))
         return
     if x.shape[dim] > 1024 and c.shape == x.shape:  # autograd through the loop takes seconds
         y_ref, *ref_grads = reference_with_grads(x, c, dy, reverse, dim, h0)
     else:
-        ref_leaves = [t.detach().double().requires_grad_() for t in (x, c, h0)]
-        y_ref = reference(*ref_leaves[:2], reverse, dim, ref_leaves[2])
+        ref_leaves = [t.detach().double().requires_grad_() for t in (x, c, h0) if t is not None]
+        y_ref = reference(*ref_leaves[:2], reverse, dim, ref_leaves[2] if h0 is not None else None)
         ref_grads = torch.autograd.grad(y_ref, ref_leaves, dy.double())
     assert rel_error(y, y_ref) < tol, "outputs"
     for name, g, r in zip(("inputs", "coeffs", "initial"), grads, ref_grads):
@@ -120,6 +124,16 @@ def test_lengths(impl, length, reverse):
     x, c = inputs((3, 5, length), torch.float32)
     h0 = torch.randn(3, 5, device="cuda")
     check_fwd_bwd(fn, x, c, h0, reverse)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("length", [1, 17, 128, 1000])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_no_initial(impl, length, reverse):
+    """Every kernel's forward and gradients with initial=None: no state to read, none to write."""
+    skip_if_too_long(impl, length)
+    x, c = inputs((3, 5, length), torch.float32)
+    check_fwd_bwd(gpu_impls()[impl], x, c, None, reverse)
 
 
 @pytest.mark.parametrize("kernel", ["tile", "pipe", "chained"])
@@ -405,11 +419,12 @@ def test_every_other_element_auto(shape, dtype, reverse):
 
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("dtype", STORAGES, ids=storage_id)
-def test_dtypes(impl, dtype):
+@pytest.mark.parametrize("reverse", [False, True])
+def test_dtypes(impl, dtype, reverse):
     skip_if_too_long(impl, 777)
     x, c = inputs((4, 3, 777), dtype)
     h0 = torch.randn(4, 3, device="cuda").to(values_dtype(dtype))
-    check_fwd_bwd(gpu_impls()[impl], x, c, h0, False)
+    check_fwd_bwd(gpu_impls()[impl], x, c, h0, reverse)
 
 
 # Shapes that take each kernel family through linrec.linrec (dispatch.h's rule for 16-bit values),
@@ -481,7 +496,9 @@ def check_long(fn, x, c, h0, reverse, tol):
     y_ref, *ref_grads = reference_with_grads(x, c, dy, reverse, -1, h0)
     assert rel_error(y, y_ref) < tol, "outputs"
     leaves = [t.clone().requires_grad_() for t in (x, c, h0)]
-    grads = torch.autograd.grad(fn(*leaves[:2], reverse, initial=leaves[2]), leaves, dy)
+    y = fn(*leaves[:2], reverse, initial=leaves[2])
+    poison(3 * x.numel() * x.element_size())
+    grads = torch.autograd.grad(y, leaves, dy)
     for name, g, r in zip(("inputs", "coeffs", "initial"), grads, ref_grads):
         assert rel_error(g, r) < tol, f"d_{name}"
 
@@ -752,6 +769,89 @@ def test_forward_ad_gpu(reverse, length):
                         -1, fwAD.make_dual(h0.double(), tangents[2].double()))
         want = fwAD.unpack_dual(ref).tangent
     assert got is not None and rel_error(got, want) < TOL[torch.float32]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("storage", [torch.bfloat16, torch.float16] + MIXED, ids=storage_id)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_16bit_forward_ad_and_create_graph(impl, storage, reverse):
+    """16-bit inputs (16-bit or float32 coefficients) through forward-mode AD and the
+    differentiable backward (create_graph: a Hessian-vector product) of every GPU implementation,
+    against the float64 reference. Mixed storage takes decays that 16 bits round to 1, where the
+    rounded coefficients miss by more than twice the tolerance (checked). The Triton kernels have
+    no forward-mode AD; they take the create_graph part."""
+    import torch.autograd.forward_ad as fwAD
+
+    values, mixed = values_dtype(storage), isinstance(storage, tuple)
+    shape = (3, 5, 700 if mixed else 100)
+    skip_if_too_long(impl, shape[-1])
+    x = (torch.rand(shape, device="cuda") + 0.5).to(values)
+    if mixed:
+        decay = 1 - 1.9e-3 if values == torch.bfloat16 else 1 - 2.3e-4
+        c = decay + (1 - decay) * 0.1 * torch.rand(shape, device="cuda")
+        assert torch.all(c.to(values) == 1)
+    else:
+        c = (torch.rand(shape, device="cuda") * 0.6 + 0.4).to(values)
+    fn = gpu_impls()[impl]
+    h0 = torch.randn(shape[:-1], device="cuda").to(values)
+    dy, v = (torch.rand(shape, device="cuda") + 0.5).to(values), torch.randn(shape, device="cuda")
+    tx, tc = (torch.rand(shape, device="cuda") + 0.5).to(values), torch.rand(shape, device="cuda")
+
+    def hvp(fn, c):
+        leaves = [t.detach().requires_grad_() for t in (x, c, h0)]
+        if fn is reference:
+            leaves = [t.double() for t in leaves]
+        poison(6 * x.numel() * 4)
+        g = torch.autograd.grad(fn(leaves[0], leaves[1], reverse, initial=leaves[2]), leaves, dy.to(leaves[0].dtype),
+                                create_graph=True)
+        return g + torch.autograd.grad((g[1] * v.to(g[1].dtype)).sum(), leaves[:2])
+
+    def jvp(fn, c):
+        cast = (lambda t: t.double()) if fn is reference else (lambda t: t)
+        with fwAD.dual_level():
+            poison(3 * x.numel() * 4)
+            y = fn(fwAD.make_dual(cast(x), cast(tx.to(x.dtype))), fwAD.make_dual(cast(c), cast(tc.to(c.dtype))),
+                   reverse, initial=cast(h0))
+            return fwAD.unpack_dual(y).tangent
+
+    # The reference's derivatives (a Python loop, seconds each), once per case: the autouse seed
+    # gives every implementation the same inputs, and the poison keeps one call's results from
+    # standing in for another's.
+    key = (storage_id(storage), reverse)
+    if key not in _REFERENCE_DERIVATIVES:
+        _REFERENCE_DERIVATIVES[key] = (hvp(reference, c), jvp(reference, c),
+                                       mixed and (hvp(reference, c.to(values)), jvp(reference, c.to(values))))
+    (ref, ref_tangent), rounded = _REFERENCE_DERIVATIVES[key][:2], _REFERENCE_DERIVATIVES[key][2]
+    tol = TOL[values]
+    if mixed:  # the rounded coefficients are off by more than twice the tolerance: the test can fail
+        assert all(rel_error(off, want) > 2 * tol for off, want in zip(rounded[0] + (rounded[1],), ref + (ref_tangent,)))
+    for ours, want in zip(hvp(fn, c), ref):
+        assert rel_error(ours, want) < tol
+    if not impl.startswith("triton."):
+        tangent = jvp(fn, c)
+        assert tangent.dtype == values and rel_error(tangent, ref_tangent) < tol
+
+
+_REFERENCE_DERIVATIVES = {}
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_nonfinite_values(impl, reverse):
+    """NaN and inf through every GPU implementation, against the float64 loop: non-finite exactly
+    where the loop is, finite values equal. The sequential kernel (cuda.linrec_ref) matches the
+    loop exactly, as the CPU kernel does; the parallel scans may give NaN where the loop gives
+    +-inf after an infinite coefficient (README, "Non-finite values")."""
+    from test_hardening import nonfinite_case
+
+    x, c = (t.cuda() for t in nonfinite_case(reverse))
+    h0 = torch.randn(6, dtype=torch.float64, device="cuda")
+    poison(3 * x.numel() * x.element_size())
+    y, want = gpu_impls()[impl](x, c, reverse, initial=h0), reference(x, c, reverse, initial=h0)
+    assert torch.equal(torch.isfinite(y), torch.isfinite(want))
+    torch.testing.assert_close(y[torch.isfinite(want)], want[torch.isfinite(want)], rtol=1e-12, atol=1e-12)
+    if impl == "cuda.linrec_ref":
+        torch.testing.assert_close(y, want, rtol=1e-12, atol=1e-12, equal_nan=True)
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")

@@ -1,6 +1,9 @@
 """The Triton kernels against the float64 reference. Without a GPU they run in
 Triton's interpreter (TRITON_INTERPRET=1, set in conftest.py) on small CPU tensors;
-on a GPU the same tests run on CUDA tensors (and test_gpu.py runs the full suite)."""
+on a GPU the same tests run on CUDA tensors (and test_gpu.py runs the full suite),
+with the caching allocator's free blocks poisoned before each call (an element a
+kernel leaves unwritten shows up as NaN) and each implementation given inputs of
+its own (so a freed result of the other one is never the right answer)."""
 
 import os
 
@@ -16,11 +19,29 @@ IMPLS = {"tile": triton_impl.linrec_tile, "pipe": triton_impl.linrec_pipe}
 TOL = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 1e-2}
 
 
+@pytest.fixture(autouse=True)
+def _seed_by_impl(request):
+    params = getattr(request.node, "callspec", None)
+    impl = params.params.get("impl") if params else None
+    torch.manual_seed(list(IMPLS).index(impl) + 1 if impl else 0)
+
+
+def poison(x):
+    """On the GPU, free blocks of all-ones bits (NaN in every dtype) for the outputs of the next
+    call on tensors like x."""
+    if DEVICE == "cuda":
+        blocks = [torch.full((6 * x.numel() * x.element_size(),), 0xFF, dtype=torch.uint8, device=DEVICE)
+                  for _ in range(4)]
+        del blocks
+
+
 def check(fn, x, c, h0, reverse, dim=-1):
     # detach() keeps a view's strides; clone() would make a strided view contiguous.
     leaves = [t.detach().requires_grad_() for t in (x, c)] + [h0.detach().clone().requires_grad_()]
+    poison(x)
     y = fn(leaves[0], leaves[1], reverse, dim=dim, initial=leaves[2])
     dy = torch.randn_like(y)
+    poison(x)
     grads = torch.autograd.grad(y, leaves, dy, allow_unused=True)
     ref = [t.detach().double().requires_grad_() for t in (x, c, h0)]
     y_ref = reference(ref[0], ref[1], reverse, dim, ref[2])
@@ -75,6 +96,24 @@ def test_coeff_broadcast(impl, coeff_shape):
 def test_bf16_storage():
     x, c = rand((3, 200), torch.bfloat16)
     check(IMPLS["pipe"], x, c, torch.randn(3, device=DEVICE).bfloat16(), False)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered")  # the interpreter's numpy, on inf * 0
+@pytest.mark.parametrize("impl", list(IMPLS))
+@pytest.mark.parametrize("reverse", [False, True])
+def test_nonfinite_values(impl, reverse):
+    """Non-finite exactly where the float64 loop is, finite values equal. The associative scan
+    regroups c2 * (c1 * y + x) as c2 * c1 * y + c2 * x, so after an infinite coefficient it may
+    give NaN where the loop gives +-inf (README, "Non-finite values")."""
+    from test_hardening import nonfinite_case
+
+    x, c = (t.to(DEVICE) for t in nonfinite_case(reverse))
+    h0 = torch.randn(6, dtype=torch.float64, device=DEVICE)
+    poison(x)
+    y, want = IMPLS[impl](x, c, reverse, initial=h0), reference(x, c, reverse, initial=h0)
+    finite = torch.isfinite(want)
+    assert torch.equal(torch.isfinite(y), finite)
+    torch.testing.assert_close(y[finite], want[finite], rtol=1e-12, atol=1e-12)
 
 
 def test_tile_too_long_error():

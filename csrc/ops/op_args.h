@@ -24,7 +24,8 @@ namespace linrec {
 using torch::headeronly::ScalarType;
 using torch::stable::Tensor;
 
-inline DType to_dtype(ScalarType t) {
+// `name`: the argument whose dtype this is, for the error.
+inline DType to_dtype(ScalarType t, const char* name) {
   switch (t) {
     case ScalarType::Float: return DType::kFloat32;
     case ScalarType::Double: return DType::kFloat64;
@@ -33,9 +34,32 @@ inline DType to_dtype(ScalarType t) {
     case ScalarType::ComplexFloat: return DType::kComplex64;
     case ScalarType::ComplexDouble: return DType::kComplex128;
     default:
-      STD_TORCH_CHECK(false, "linrec: unsupported dtype ", torch::headeronly::toString(t),
+      STD_TORCH_CHECK(false, "linrec: ", name, " has dtype ", torch::headeronly::toString(t),
                       "; expected float32, float64, float16, bfloat16, complex64 or complex128");
   }
+}
+
+// The ops' arguments past the tensors and dim, as the schema takes them (ops.cpp): reverse an
+// int so that 2 is refused, not read as true; the kernel id (0 auto, 1 ref, 2 tile, 3 pipe,
+// 4 chained, 5 strided, 6 packed) and the TileConfig that picks a compiled instance of it. Auto
+// and ref take no config: linrec passes zeros there. Every op calls this first, on any device,
+// so a bad argument fails the same way whether or not a kernel reads it.
+inline void check_kernel_args(int64_t reverse, int64_t kernel, int64_t elems_per_thread, int64_t threads_per_block,
+                              int64_t memcode, int64_t algocode) {
+  STD_TORCH_CHECK(reverse == 0 || reverse == 1, "linrec: reverse must be a bool (or 0 / 1), got ", reverse);
+  STD_TORCH_CHECK(kernel >= 0 && kernel <= 6, "linrec: kernel=", kernel,
+                  " is not a kernel id (0 auto, 1 ref, 2 tile, 3 pipe, 4 chained, 5 strided, 6 packed)");
+  const int64_t least = kernel >= 2 ? 1 : 0;  // auto and ref ignore the config: 0 there
+  STD_TORCH_CHECK(elems_per_thread >= least && threads_per_block >= least, "linrec: elems_per_thread=",
+                  elems_per_thread, " and threads_per_block=", threads_per_block, " must be ",
+                  least ? "positive" : "non-negative", " for kernel=", kernel);
+  STD_TORCH_CHECK(memcode >= 0 && memcode <= 3, "linrec: memcode=", memcode, " must be in 0..3");
+  STD_TORCH_CHECK(algocode >= 0 && algocode <= 3, "linrec: algocode=", algocode, " must be in 0..3");
+}
+
+// An argument of schema type Tensor that Python passed as None reaches the kernel undefined.
+inline void check_defined(const Tensor& t, const char* name) {
+  STD_TORCH_CHECK(t.defined(), "linrec: ", name, " must be a tensor, got None");
 }
 
 // empty_like(self, dtype=dtype): self's shape, strides (where dense) and device in
@@ -71,7 +95,7 @@ inline std::vector<int64_t> state_shape(const Tensor& full, int64_t dim) {
 // `coeffs`: one dtype, or float32 coefficients beside 16-bit values (Storage).
 inline Storage storage_of(const Tensor& values, const Tensor& coeffs, const char* values_name) {
   const ScalarType v = values.scalar_type(), c = coeffs.scalar_type();
-  const DType dtype = to_dtype(v);
+  const DType dtype = to_dtype(v, values_name);
   if (c == v) return {dtype, dtype};
   const bool mixed = c == ScalarType::Float && (v == ScalarType::Half || v == ScalarType::BFloat16);
   STD_TORCH_CHECK(mixed, "linrec: coeffs has dtype ", torch::headeronly::toString(c), " but ", values_name, " has ",
@@ -104,8 +128,10 @@ struct Operand {
 };
 
 // Fills `index` with the merged sequence dims of all operands; see SeqIndexer.
+// Returns false, leaving `index` unfilled, where they merge into more than
+// kMaxSeqDims (high-rank views: the caller scans contiguous copies then).
 template <int K>
-void build_index(const std::vector<int64_t>& seq_sizes_full, int64_t dim,
+bool build_index(const std::vector<int64_t>& seq_sizes_full, int64_t dim,
                  const std::array<std::optional<Operand>, K>& ops, SeqIndexer<K>& index) {
   // Per-dim sizes and strides, scan dim removed, size-1 dims dropped.
   std::vector<int64_t> sizes;
@@ -132,9 +158,7 @@ void build_index(const std::vector<int64_t>& seq_sizes_full, int64_t dim,
     sizes.erase(sizes.begin() + k);
     strides.erase(strides.begin() + k);
   }
-  STD_TORCH_CHECK(static_cast<int>(sizes.size()) <= kMaxSeqDims, "linrec: the layout of the tensors has ",
-                  sizes.size(), " non-mergeable batch dimensions (at most ", kMaxSeqDims,
-                  " are supported); call .contiguous() on the inputs");
+  if (static_cast<int>(sizes.size()) > kMaxSeqDims) return false;
   index.num_dims = static_cast<int>(sizes.size());
   for (int k = 0; k < index.num_dims; ++k) {
     index.sizes[k] = sizes[k];
@@ -142,6 +166,15 @@ void build_index(const std::vector<int64_t>& seq_sizes_full, int64_t dim,
   }
   for (int t = 0; t < K; ++t)
     index.elem_strides[t] = (ops[t] && !ops[t]->state) ? ops[t]->tensor->stride(dim) : 0;
+  return true;
+}
+
+// For layouts build_index cannot index, a call reads row-major copies of its
+// tensors and writes row-major outputs (this, of t's shape): their batch dims
+// then merge into at most two, those before the scan dim and those after it.
+inline Tensor row_major_like(const Tensor& t, std::optional<ScalarType> dtype = std::nullopt) {
+  const std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
+  return torch::stable::new_empty(t, sizes, dtype);
 }
 
 // Whether, in tensor slot t, some sequence dim lies closer in memory than the
@@ -176,31 +209,46 @@ struct ForwardCall {
   ForwardParams p;
   Storage storage;
   bool empty;
+  std::vector<Tensor> copies;  // what p reads in place of the arguments, if build_index needed copies
 };
 
 inline ForwardCall prepare_fwd(const Tensor& inputs, const Tensor& coeffs, const std::optional<Tensor>& initial,
                                int64_t dim, bool reverse) {
+  check_defined(inputs, "inputs");
+  check_defined(coeffs, "coeffs");
   dim = wrap_dim(dim, inputs.dim());
   check_same(inputs, coeffs, "inputs", "coeffs", false, dim, /*any_dtype=*/true);
   const Storage storage = storage_of(inputs, coeffs, "inputs");
   if (initial) check_same(inputs, *initial, "inputs", "initial", true, dim);
 
-  ForwardCall call{torch::stable::empty_like(inputs), ForwardParams{}, storage, inputs.numel() == 0};
+  ForwardCall call{torch::stable::empty_like(inputs), ForwardParams{}, storage, inputs.numel() == 0, {}};
   ForwardParams& p = call.p;
   p.num_seqs = count_seqs(inputs, dim);
   p.seq_len = inputs.size(dim);
   p.reverse = reverse;
   if (call.empty) return call;
-  std::array<std::optional<Operand>, kNumFwdSlots> ops;
-  ops[kFwdInputs] = Operand{&inputs, false};
-  ops[kFwdCoeffs] = Operand{&coeffs, false};
-  ops[kFwdOutputs] = Operand{&call.outputs, false};
-  if (initial) ops[kFwdInitial] = Operand{&*initial, true};
+  const Tensor* x = &inputs;
+  const Tensor* c = &coeffs;
+  const Tensor* h0 = initial ? &*initial : nullptr;
   const std::vector<int64_t> sizes(inputs.sizes().begin(), inputs.sizes().end());
-  build_index<kNumFwdSlots>(sizes, dim, ops, p.index);
-  p.inputs = inputs.const_data_ptr();
-  p.coeffs = coeffs.const_data_ptr();
-  p.initial = initial ? initial->const_data_ptr() : nullptr;
+  auto index = [&] {
+    std::array<std::optional<Operand>, kNumFwdSlots> ops;
+    ops[kFwdInputs] = Operand{x, false};
+    ops[kFwdCoeffs] = Operand{c, false};
+    ops[kFwdOutputs] = Operand{&call.outputs, false};
+    if (h0) ops[kFwdInitial] = Operand{h0, true};
+    return build_index<kNumFwdSlots>(sizes, dim, ops, p.index);
+  };
+  if (!index()) {
+    call.copies = {torch::stable::contiguous(inputs), torch::stable::contiguous(coeffs)};
+    if (h0) call.copies.push_back(torch::stable::contiguous(*h0));
+    x = &call.copies[0], c = &call.copies[1], h0 = h0 ? &call.copies[2] : nullptr;
+    call.outputs = row_major_like(inputs);
+    STD_TORCH_CHECK(index(), "linrec: internal error: contiguous tensors must merge into two batch dims");
+  }
+  p.inputs = x->const_data_ptr();
+  p.coeffs = c->const_data_ptr();
+  p.initial = h0 ? h0->const_data_ptr() : nullptr;
   p.outputs = call.outputs.mutable_data_ptr();
   return call;
 }
@@ -211,11 +259,15 @@ struct BackwardCall {
   BackwardParams p;
   Storage storage;
   bool empty;
+  std::vector<Tensor> copies;  // as ForwardCall's
   std::tuple<Tensor, Tensor, Tensor> grads() const { return {d_inputs, d_coeffs, d_initial}; }
 };
 
 inline BackwardCall prepare_bwd(const Tensor& d_outputs, const Tensor& coeffs, const Tensor& outputs,
                                 const std::optional<Tensor>& initial, int64_t dim, bool reverse) {
+  check_defined(d_outputs, "d_outputs");
+  check_defined(coeffs, "coeffs");
+  check_defined(outputs, "outputs");
   dim = wrap_dim(dim, d_outputs.dim());
   check_same(d_outputs, coeffs, "d_outputs", "coeffs", false, dim, /*any_dtype=*/true);
   const Storage storage = storage_of(d_outputs, coeffs, "d_outputs");
@@ -223,10 +275,12 @@ inline BackwardCall prepare_bwd(const Tensor& d_outputs, const Tensor& coeffs, c
   if (initial) check_same(d_outputs, *initial, "d_outputs", "initial", true, dim);
 
   // d_coeffs laid out as d_outputs, in the coefficients' dtype.
-  const Tensor d_coeffs =
-      storage.mixed() ? empty_like_as(d_outputs, ScalarType::Float) : torch::stable::empty_like(d_outputs);
+  const std::optional<ScalarType> d_coeffs_dtype =
+      storage.mixed() ? std::optional<ScalarType>(ScalarType::Float) : std::nullopt;
+  const Tensor d_coeffs = d_coeffs_dtype ? empty_like_as(d_outputs, *d_coeffs_dtype) : torch::stable::empty_like(d_outputs);
   BackwardCall call{torch::stable::empty_like(d_outputs), d_coeffs,
-                    torch::stable::new_empty(d_outputs, state_shape(d_outputs, dim)), BackwardParams{}, storage, false};
+                    torch::stable::new_empty(d_outputs, state_shape(d_outputs, dim)), BackwardParams{}, storage, false,
+                    {}};
   BackwardParams& p = call.p;
   p.num_seqs = count_seqs(d_outputs, dim);
   p.seq_len = d_outputs.size(dim);
@@ -238,20 +292,34 @@ inline BackwardCall prepare_bwd(const Tensor& d_outputs, const Tensor& coeffs, c
   }
   call.empty = p.num_seqs == 0;
   if (call.empty) return call;
-  std::array<std::optional<Operand>, kNumBwdSlots> ops;
-  ops[kBwdDOutputs] = Operand{&d_outputs, false};
-  ops[kBwdCoeffs] = Operand{&coeffs, false};
-  ops[kBwdOutputs] = Operand{&outputs, false};
-  if (initial) ops[kBwdInitial] = Operand{&*initial, true};
-  ops[kBwdDInputs] = Operand{&call.d_inputs, false};
-  ops[kBwdDCoeffs] = Operand{&call.d_coeffs, false};
-  ops[kBwdDInitial] = Operand{&call.d_initial, true};
+  const Tensor* dy = &d_outputs;
+  const Tensor* c = &coeffs;
+  const Tensor* y = &outputs;
+  const Tensor* h0 = initial ? &*initial : nullptr;
   const std::vector<int64_t> sizes(d_outputs.sizes().begin(), d_outputs.sizes().end());
-  build_index<kNumBwdSlots>(sizes, dim, ops, p.index);
-  p.d_outputs = d_outputs.const_data_ptr();
-  p.coeffs = coeffs.const_data_ptr();
-  p.outputs = outputs.const_data_ptr();
-  p.initial = initial ? initial->const_data_ptr() : nullptr;
+  auto index = [&] {
+    std::array<std::optional<Operand>, kNumBwdSlots> ops;
+    ops[kBwdDOutputs] = Operand{dy, false};
+    ops[kBwdCoeffs] = Operand{c, false};
+    ops[kBwdOutputs] = Operand{y, false};
+    if (h0) ops[kBwdInitial] = Operand{h0, true};
+    ops[kBwdDInputs] = Operand{&call.d_inputs, false};
+    ops[kBwdDCoeffs] = Operand{&call.d_coeffs, false};
+    ops[kBwdDInitial] = Operand{&call.d_initial, true};
+    return build_index<kNumBwdSlots>(sizes, dim, ops, p.index);
+  };
+  if (!index()) {
+    call.copies = {torch::stable::contiguous(d_outputs), torch::stable::contiguous(coeffs), torch::stable::contiguous(outputs)};
+    if (h0) call.copies.push_back(torch::stable::contiguous(*h0));
+    dy = &call.copies[0], c = &call.copies[1], y = &call.copies[2], h0 = h0 ? &call.copies[3] : nullptr;
+    call.d_inputs = row_major_like(d_outputs);
+    call.d_coeffs = row_major_like(d_outputs, d_coeffs_dtype);
+    STD_TORCH_CHECK(index(), "linrec: internal error: contiguous tensors must merge into two batch dims");
+  }
+  p.d_outputs = dy->const_data_ptr();
+  p.coeffs = c->const_data_ptr();
+  p.outputs = y->const_data_ptr();
+  p.initial = h0 ? h0->const_data_ptr() : nullptr;
   p.d_inputs = call.d_inputs.mutable_data_ptr();
   p.d_coeffs = call.d_coeffs.mutable_data_ptr();
   p.d_initial = call.d_initial.mutable_data_ptr();

@@ -12,20 +12,22 @@
 namespace linrec {
 namespace {
 
-Tensor linrec_fwd_cpu(Tensor inputs, Tensor coeffs, std::optional<Tensor> initial, int64_t dim, bool reverse,
-                      int64_t /*kernel*/, int64_t /*elems_per_thread*/, int64_t /*threads_per_block*/,
-                      int64_t /*memcode*/, int64_t /*algocode*/) {
-  ForwardCall call = prepare_fwd(inputs, coeffs, initial, dim, reverse);
+// The CPU kernels take no kernel id or config, but check them: the ops are public.
+Tensor linrec_fwd_cpu(Tensor inputs, Tensor coeffs, std::optional<Tensor> initial, int64_t dim, int64_t reverse,
+                      int64_t kernel, int64_t elems_per_thread, int64_t threads_per_block, int64_t memcode,
+                      int64_t algocode) {
+  check_kernel_args(reverse, kernel, elems_per_thread, threads_per_block, memcode, algocode);
+  ForwardCall call = prepare_fwd(inputs, coeffs, initial, dim, reverse != 0);
   if (!call.empty) cpu_fwd(call.p, call.storage);
   return call.outputs;
 }
 
 std::tuple<Tensor, Tensor, Tensor> linrec_bwd_cpu(Tensor d_outputs, Tensor coeffs, Tensor outputs,
-                                                  std::optional<Tensor> initial, int64_t dim, bool reverse,
-                                                  int64_t /*kernel*/, int64_t /*elems_per_thread*/,
-                                                  int64_t /*threads_per_block*/, int64_t /*memcode*/,
-                                                  int64_t /*algocode*/) {
-  BackwardCall call = prepare_bwd(d_outputs, coeffs, outputs, initial, dim, reverse);
+                                                  std::optional<Tensor> initial, int64_t dim, int64_t reverse,
+                                                  int64_t kernel, int64_t elems_per_thread, int64_t threads_per_block,
+                                                  int64_t memcode, int64_t algocode) {
+  check_kernel_args(reverse, kernel, elems_per_thread, threads_per_block, memcode, algocode);
+  BackwardCall call = prepare_bwd(d_outputs, coeffs, outputs, initial, dim, reverse != 0);
   if (!call.empty) cpu_bwd(call.p, call.storage);
   return call.grads();
 }
@@ -35,19 +37,20 @@ std::tuple<Tensor, Tensor, Tensor> linrec_bwd_cpu(Tensor d_outputs, Tensor coeff
 
 STABLE_TORCH_LIBRARY(linrec, m) {
   // kernel: 0 auto (dispatch.h chooses), 1 ref, 2 tile, 3 pipe, 4 chained, 5 strided, 6 packed. The last four
-  // ints select a compiled TileConfig for the other kernels; auto and ref ignore them.
+  // ints select a compiled TileConfig for the other kernels; auto and ref ignore them. reverse is an int
+  // (0 or 1, checked by check_kernel_args): as a bool, torch would take reverse=2 for true unseen.
   m.def(
-      "linrec_fwd(Tensor inputs, Tensor coeffs, Tensor? initial, int dim, bool reverse, int kernel, "
+      "linrec_fwd(Tensor inputs, Tensor coeffs, Tensor? initial, int dim, int reverse, int kernel, "
       "int elems_per_thread, int threads_per_block, int memcode, int algocode) -> Tensor");
   // linrec_fwd without an autograd registration, for callers that differentiate it
   // themselves (linrec.linrec's autograd.Function): torch.library's Python autograd
   // kernel of linrec_fwd costs every call host time, grad or not (5 µs on a 2-core
   // CPU, 12.5 µs on the H100 machine's; docs/design/0015-host-time-eager-calls.md).
   m.def(
-      "_linrec_fwd(Tensor inputs, Tensor coeffs, Tensor? initial, int dim, bool reverse, int kernel, "
+      "_linrec_fwd(Tensor inputs, Tensor coeffs, Tensor? initial, int dim, int reverse, int kernel, "
       "int elems_per_thread, int threads_per_block, int memcode, int algocode) -> Tensor");
   m.def(
-      "linrec_bwd(Tensor d_outputs, Tensor coeffs, Tensor outputs, Tensor? initial, int dim, bool reverse, "
+      "linrec_bwd(Tensor d_outputs, Tensor coeffs, Tensor outputs, Tensor? initial, int dim, int reverse, "
       "int kernel, int elems_per_thread, int threads_per_block, int memcode, int algocode) "
       "-> (Tensor, Tensor, Tensor)");
 }

@@ -20,8 +20,9 @@ COMPLEX_DTYPES = (torch.complex64, torch.complex128)  # linrec.linrec and linrec
 def _check_dtype(name: str, t: torch.Tensor, complex_ok: bool = False) -> None:
     """A supported dtype, in a dense (strided) tensor: sparse and nested tensors raise here, not in
     the dispatcher."""
-    if t.layout != torch.strided:
-        raise ValueError(f"linrec: {name} must be a dense tensor, got layout {t.layout}")
+    if t.is_nested or t.layout != torch.strided:  # a nested tensor may report the strided layout
+        kind = "a nested tensor" if t.is_nested else f"layout {t.layout}"
+        raise ValueError(f"linrec: {name} must be a dense tensor, got {kind}")
     if t.dtype in SUPPORTED_DTYPES or (complex_ok and t.dtype in COMPLEX_DTYPES):
         return
     expected = "float32, float64, float16, bfloat16" + (", complex64, complex128" if complex_ok else "")
@@ -49,6 +50,15 @@ def _exact_in(value: float, dtype: torch.dtype) -> bool:
     return struct.unpack("<f", struct.pack("<I", bits))[0] == value and bits & 0xFFFF == 0
 
 
+def _as_float(name: str, value) -> float:
+    """A real number as a float, or a ValueError naming the argument (an int beyond float's range)."""
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"linrec: {name} is a {type(value).__name__} too large for a float (it overflows "
+                         "float64)") from None
+
+
 def _coeffs_dtype(value, like: torch.Tensor) -> torch.dtype:
     """The dtype coefficients are stored in beside `like` (the inputs): the inputs' own, except
     beside 16-bit real inputs, where coefficients of another dtype, and numbers that 16 bits
@@ -60,7 +70,9 @@ def _coeffs_dtype(value, like: torch.Tensor) -> torch.dtype:
         return like.dtype if value.dtype == like.dtype else torch.float32
     if torch.compiler.is_compiling():  # a constant to Dynamo: no check to trace, float32 is always exact
         return torch.float32
-    return like.dtype if _exact_in(float(value), like.dtype) else torch.float32
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        return like.dtype  # not a coefficient: _as_tensor raises
+    return like.dtype if _exact_in(_as_float("coeffs", value), like.dtype) else torch.float32
 
 
 def _as_tensor(name: str, value, like: torch.Tensor) -> torch.Tensor:
@@ -80,8 +92,9 @@ def _as_tensor(name: str, value, like: torch.Tensor) -> torch.Tensor:
         return value.to(dtype)
     number = numbers.Number if like.is_complex() else numbers.Real
     if isinstance(value, number) and not isinstance(value, bool):
-        return torch.tensor(complex(value) if like.is_complex() else float(value), dtype=dtype,
-                            device=like.device)
+        scalar = complex(_as_float(name, value.real), _as_float(name, value.imag)) if like.is_complex() else \
+            _as_float(name, value)
+        return torch.tensor(scalar, dtype=dtype, device=like.device)
     kind = "a number" if like.is_complex() else "a real number"
     raise ValueError(f"linrec: {name} must be a tensor or {kind}, got {type(value).__name__}")
 
@@ -124,9 +137,10 @@ def normalize(inputs, coeffs, initial, dim: int, reverse=False, complex_ok=False
         raise ValueError(f"linrec: dim={dim} is out of range for inputs with {inputs.dim()} dimensions")
     dim = dim % inputs.dim()
 
-    if (initial is None and isinstance(coeffs, torch.Tensor) and coeffs.shape == inputs.shape
+    if (initial is None and isinstance(coeffs, torch.Tensor) and coeffs.layout == torch.strided
+            and not coeffs.is_nested and coeffs.shape == inputs.shape
             and (coeffs.dtype == inputs.dtype or is_mixed(inputs.dtype, coeffs.dtype))
-            and coeffs.device == inputs.device and coeffs.layout == torch.strided):
+            and coeffs.device == inputs.device):
         return inputs, coeffs, None, dim  # the common case, checked in a few microseconds
 
     coeffs = _as_tensor("coeffs", coeffs, inputs)

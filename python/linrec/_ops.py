@@ -22,8 +22,36 @@ bwd_op = torch.ops.linrec.linrec_bwd
 fwd_op_no_autograd = torch.ops.linrec._linrec_fwd
 
 
-def _fwd_fake(inputs, coeffs, initial, dim, reverse, kernel, elems_per_thread, threads_per_block, memcode,
-              algocode):
+def _check_fake_args(named_tensors, kernel_args):
+    """The checks of csrc/op_args.h that need no data, in the fake kernels: torch.compile traces
+    these, and the dispatcher sends here any call with a meta tensor among its arguments, where
+    a CPU tensor beside it must not come back as an uninitialised result. `named_tensors`: the
+    (name, tensor or None) pairs, first the one the others follow; None is allowed for initial."""
+    (ref_name, ref), *others = named_tensors
+    for name, t in named_tensors:
+        if t is None and name != "initial":
+            raise RuntimeError(f"linrec: {name} must be a tensor, got None")
+    for name, t in others:
+        if t is not None and t.device != ref.device:
+            raise RuntimeError(f"linrec: {name} is on a different device than {ref_name}")
+    reverse, kernel, elems_per_thread, threads_per_block, memcode, algocode = kernel_args
+    if reverse not in (0, 1):  # True and False are 1 and 0
+        raise RuntimeError(f"linrec: reverse must be a bool (or 0 / 1), got {reverse}")
+    if not 0 <= kernel <= 6:
+        raise RuntimeError(f"linrec: kernel={kernel} is not a kernel id (0 auto, 1 ref, 2 tile, 3 pipe, "
+                           "4 chained, 5 strided, 6 packed)")
+    least = 1 if kernel >= 2 else 0  # auto and ref ignore the config: 0 there
+    if elems_per_thread < least or threads_per_block < least:
+        raise RuntimeError(f"linrec: elems_per_thread={elems_per_thread} and threads_per_block={threads_per_block} "
+                           f"must be {'positive' if least else 'non-negative'} for kernel={kernel}")
+    if not 0 <= memcode <= 3:
+        raise RuntimeError(f"linrec: memcode={memcode} must be in 0..3")
+    if not 0 <= algocode <= 3:
+        raise RuntimeError(f"linrec: algocode={algocode} must be in 0..3")
+
+
+def _fwd_fake(inputs, coeffs, initial, dim, *kernel_args):
+    _check_fake_args((("inputs", inputs), ("coeffs", coeffs), ("initial", initial)), kernel_args)
     return torch.empty_like(inputs)
 
 
@@ -32,8 +60,9 @@ torch.library.register_fake("linrec::_linrec_fwd", _fwd_fake)
 
 
 @torch.library.register_fake("linrec::linrec_bwd")
-def _bwd_fake(d_outputs, coeffs, outputs, initial, dim, reverse, kernel, elems_per_thread,
-              threads_per_block, memcode, algocode):
+def _bwd_fake(d_outputs, coeffs, outputs, initial, dim, *kernel_args):
+    _check_fake_args((("d_outputs", d_outputs), ("coeffs", coeffs), ("outputs", outputs), ("initial", initial)),
+                     kernel_args)
     dim = dim % d_outputs.dim()
     state = d_outputs.shape[:dim] + d_outputs.shape[dim + 1:]
     return (torch.empty_like(d_outputs), torch.empty_like(d_outputs, dtype=coeffs.dtype),

@@ -5,24 +5,40 @@ linrec_hop computes the same with torch's associative_scan higher-order op over
 pairs (c, y) combined as (c1, y1) . (c2, y2) = (c1 * c2, c2 * y1 + y2). Its
 backward is written out (an autograd.Function), because autograd through the
 HOP costs O(L^2).
+
+Both compute 16-bit storage in float32, as the kernels do: a bfloat16 state
+stops growing once a step adds less than half its last bit (ones decayed by
+0.99609375 stalled at 128, not 250.9).
 """
 
 from __future__ import annotations
 
 import torch
 
-from .._args import normalize
+from .._args import MIXED_VALUE_DTYPES, normalize
+
+
+def _in_arithmetic_dtype(inputs, coeffs, initial):
+    """inputs, coeffs and initial in the dtype the recurrence is computed in: float32 for 16-bit
+    storage (mixed or not), the inputs' own otherwise. Casts are differentiable."""
+    dtype = torch.float32 if inputs.dtype in MIXED_VALUE_DTYPES else inputs.dtype
+    return inputs.to(dtype), coeffs.to(dtype), None if initial is None else initial.to(dtype)
+
+
+def _empty_result(inputs, coeffs):
+    """The result of a scan with no element, connected to autograd like a scan's."""
+    return (inputs * coeffs).to(inputs.dtype)
 
 
 def linrec_ref(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
-    """y[l] = coeffs[l] * y[l-1] + inputs[l] along dim, one step at a time (complex too). The state
-    takes the wider of the two dtypes (float32 beside 16-bit inputs in mixed storage) and the
-    outputs are in inputs' dtype."""
+    """y[l] = coeffs[l] * y[l-1] + inputs[l] along dim, one step at a time (complex too), in
+    float32 for 16-bit storage; the outputs are in inputs' dtype. Non-finite values propagate as
+    IEEE arithmetic does in this loop."""
     inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse, complex_ok=True)
-    x = inputs.movedim(dim, -1)
-    c = coeffs.movedim(dim, -1)
-    if x.shape[-1] == 0:
-        return torch.empty_like(inputs)
+    if inputs.numel() == 0:
+        return _empty_result(inputs, coeffs)
+    x, c, initial = _in_arithmetic_dtype(inputs, coeffs, initial)
+    x, c = x.movedim(dim, -1), c.movedim(dim, -1)
     state = torch.zeros_like(x[..., 0]) if initial is None else initial
     steps = range(x.shape[-1] - 1, -1, -1) if reverse else range(x.shape[-1])
     outputs = [None] * x.shape[-1]
@@ -77,11 +93,15 @@ class _HopScan(torch.autograd.Function):
 
 
 def linrec_hop(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
-    """linrec with torch._higher_order_ops.associative_scan for the forward and backward scans."""
+    """linrec with torch._higher_order_ops.associative_scan for the forward and backward scans.
+
+    With an infinite coefficient it runs linrec_ref's loop instead: the scan regroups
+    c2 * (c1 * y + x1) as c2 * c1 * y + c2 * x1, which gives inf - inf = NaN where the loop's
+    IEEE arithmetic gives +-inf (the behaviour every implementation documents)."""
     inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse)
-    if inputs.shape[dim] == 0:  # associative_scan rejects empty scans
-        return (inputs * coeffs).to(inputs.dtype)
-    if coeffs.dtype != inputs.dtype:  # mixed storage: one dtype through the scan, float32
-        initial = None if initial is None else initial.to(coeffs.dtype)
-        return _HopScan.apply(inputs.to(coeffs.dtype), coeffs, initial, dim, reverse).to(inputs.dtype)
-    return _HopScan.apply(inputs, coeffs, initial, dim, reverse)
+    if inputs.numel() == 0:  # associative_scan rejects empty scans and empty batches
+        return _empty_result(inputs, coeffs)
+    if torch.isinf(coeffs).any():
+        return linrec_ref(inputs, coeffs, reverse, dim=dim, initial=initial)
+    x, c, initial = _in_arithmetic_dtype(inputs, coeffs, initial)
+    return _HopScan.apply(x, c, initial, dim, reverse).to(inputs.dtype)

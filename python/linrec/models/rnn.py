@@ -84,8 +84,10 @@ class LSLSTM(nn.Module):
     with batch_first=True.
 
     forward(x, state=None) -> (h, (h_last, c_last, surrogate_last)): h holds the outputs
-    o_t * c_t of every step, hidden_size each; `state` is the (c, surrogate) entering the
-    sequence, each (batch, hidden_size), zeros when None. activation is tau (tanh by default)."""
+    o_t * c_t of every step, hidden_size each. `state` enters the sequence: the state a previous
+    call returned, (h, c, surrogate), to continue it (h is checked but not read: the gates read
+    the surrogate), or (c, surrogate); each (batch, hidden_size), zeros when None. activation is
+    tau (tanh by default)."""
 
     def __init__(self, input_size: int, hidden_size: int, batch_first: bool = False, activation=torch.tanh,
                  device=None, dtype=None):
@@ -103,7 +105,15 @@ class LSLSTM(nn.Module):
         if x.shape[time] == 0:
             raise ValueError("linrec: LSLSTM needs at least one step (its outputs end with the last one)")
         batch = x.shape[1 - time]
-        c0, s0 = state if state is not None else (None, None)
+        if state is None:
+            state = (None, None)
+        if not isinstance(state, (tuple, list)) or len(state) not in (2, 3):
+            raise ValueError(f"linrec: state must be (h, c, surrogate), as LSLSTM returns it, or (c, surrogate); "
+                             f"got {type(state).__name__}" + (f" of {len(state)}" if isinstance(state, (tuple, list))
+                                                              else ""))
+        if len(state) == 3:
+            _check_state("h0", state[0], batch, self.hidden_size)
+        c0, s0 = state[-2:]
         _check_state("c0", c0, batch, self.hidden_size)
         _check_state("surrogate0", s0, batch, self.hidden_size)
         surrogate = self.surrogate(x, s0)

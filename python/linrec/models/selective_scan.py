@@ -117,6 +117,11 @@ def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_sof
     for name, t in (("A", A), ("B", B), ("C", C)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"linrec: {name} must be a tensor, got {type(t).__name__}")
+    for name, t in (("u", u), ("delta", delta), ("A", A), ("B", B), ("C", C), ("D", D), ("z", z),
+                    ("delta_bias", delta_bias)):
+        # An integer u would be cast and scanned as if it were real; A is checked for complex below.
+        if isinstance(t, torch.Tensor) and not (t.is_floating_point() or (t.is_complex() and name == "A")):
+            raise ValueError(f"linrec: {name} has dtype {t.dtype}; expected a floating dtype")
     if not isinstance(delta, torch.Tensor) or delta.shape != u.shape:
         raise ValueError(f"linrec: delta must have u's shape {tuple(u.shape)}")
     if A.dim() != 2 or A.shape[0] != channels:
