@@ -64,7 +64,7 @@ enum BwdSlot : int {
   kNumBwdSlots
 };
 
-// The aligned-rows fast path (kernels/rows.cuh), taken by the packed kernels and
+// The aligned-rows fast path (kernels/primitives/rows.cuh), taken by the packed kernels and
 // the one-tile forward: every tensor holds its sequences as rows of whole,
 // aligned vectors. Small on purpose: a kernel of a few µs waits on each
 // constant-cache line of its arguments before its first load.
@@ -133,7 +133,7 @@ constexpr bool is_complex(DType d) { return d == DType::kComplex64 || d == DType
 // The dtypes of one call: `values` of the scanned tensors (inputs, outputs,
 // their gradients and the initial state), `coeffs` of the coefficients and
 // their gradient. They differ only in mixed storage: float32 coefficients
-// beside 16-bit values (kernels/dtype.cuh, Mixed).
+// beside 16-bit values (kernels/primitives/dtype.cuh, Mixed).
 struct Storage {
   DType values;
   DType coeffs;

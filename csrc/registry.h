@@ -11,6 +11,10 @@ namespace linrec {
 // The op's `kernel` argument: kAuto takes the tuned choice (csrc/tuning/), the others a family.
 enum class KernelKind : int { kAuto = 0, kRef = 1, kTile = 2, kPipe = 3, kChained = 4, kStrided = 5, kPacked = 6 };
 constexpr int kMaxKernelKind = 6;
+constexpr const char* kKernelIds = "0 auto, 1 ref, 2 tile, 3 pipe, 4 chained, 5 strided, 6 packed";
+
+// Whether a kind takes a compiled TileConfig (auto and configless families ignore theirs).
+constexpr bool takes_config(KernelKind kind) { return !(kind == KernelKind::kAuto || kind == KernelKind::kRef); }
 
 constexpr const char* kernel_kind_name(KernelKind kind) {
   switch (kind) {

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import linrec
+from linrec._registry import FAMILIES
 from conftest import CPU_IMPLS
 from linrec.impl.python import linrec_hop, linrec_ref
 from reference import reference, rel_error
@@ -160,8 +161,9 @@ def test_raw_ops_take_every_valid_kernel_argument():
     """Every kernel id with a config of its own, and auto / ref with the zeros linrec passes."""
     x, c = torch.randn(3, 9, dtype=torch.float64), torch.rand(3, 9, dtype=torch.float64)
     want = reference(x, c, True)
-    for kernel in range(7):
-        config = (kernel, 0, 0, 0, 3) if kernel < 2 else (kernel, 8, 256, 3, 0)
+    for family in (None, *FAMILIES.values()):
+        kernel = 0 if family is None else family.id
+        config = (kernel, 8, 256, 3, 0) if family is not None and family.has_configs else (kernel, 0, 0, 0, 3)
         assert rel_error(fwd_op(*fwd_args(x, c, None, -1, True, config)), want) < 1e-12
     assert rel_error(fwd_op(*fwd_args(x, c, None, -1, 1)), want) < 1e-12  # an int 0 / 1 is a bool
 

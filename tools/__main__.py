@@ -26,7 +26,7 @@ COMMANDS = {
 # Shell scripts beside the commands, run as bash tools/NAME.
 SHELL_SCRIPTS = {
     "ab_builds.sh": "on a GPU machine: kernel times (or bench figures) of compile-time variants, one build each",
-    "tune_sweep.sh": "the device tuning runs behind the shape rule in csrc/dispatch.h",
+    "tune_sweep.sh": "the device tuning runs behind the tuning tables (python/linrec/tuning/)",
 }
 
 

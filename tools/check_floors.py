@@ -1,5 +1,5 @@
-"""Each of linrec's figures in a `python -m linrec.bench --json` file against its floor
-(TARGETS.md, issue 4), with the margin, so a run's verdicts need no arithmetic by hand.
+"""Each of linrec's figures in a `python -m linrec.bench --json` file against its floor,
+with the margin, so a run's verdicts need no arithmetic by hand.
 
 The floors, as fractions of the run's copy bandwidth or ratios to the same run's baselines:
   grid L >= 4096           fwd >= 0.95 of copy, fwd+bwd >= 0.92

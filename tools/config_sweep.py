@@ -1,6 +1,6 @@
 """Kernel times of every compiled config of one kernel family, by shape, from the torch profiler.
 
-The data behind the packed, tile, pipe and chained picks of the shape rule (csrc/dispatch.h):
+The data behind the packed, tile, pipe and chained picks of the tuning table (python/linrec/tuning/):
 each cell is the median kernel duration of the forward / the fused backward at an explicit
 config, called through torch.ops.linrec.linrec_fwd / linrec_bwd (no workspace fill or other
 kernel counted).

@@ -109,6 +109,8 @@ def registry_header(storages: list[Storage], families: list[Family]) -> str:
     known = " ||\n         ".join(
         f"(s.values == DType::{DTYPES[x.values]} && s.coeffs == DType::{DTYPES[x.coeffs]})" for x in storages)
     top = max(f.id for f in families)
+    id_list = ", ".join(["0 auto"] + [f"{f.id} {f.name}" for f in families])
+    configless = " || ".join(f"kind == KernelKind::{f.kind}" for f in families if f.default_config is None)
     dtype_cases = "\n".join(f'  if (name == "{n}") return DType::{e};' for n, e in DTYPES.items())
     return f"""// {NOTICE}
 // The kernel families and storage types, for host code.
@@ -123,6 +125,10 @@ namespace linrec {{
 // The op's `kernel` argument: kAuto takes the tuned choice (csrc/tuning/), the others a family.
 enum class KernelKind : int {{ {kinds} }};
 constexpr int kMaxKernelKind = {top};
+constexpr const char* kKernelIds = "{id_list}";
+
+// Whether a kind takes a compiled TileConfig (auto and configless families ignore theirs).
+constexpr bool takes_config(KernelKind kind) {{ return !(kind == KernelKind::kAuto || {configless}); }}
 
 constexpr const char* kernel_kind_name(KernelKind kind) {{
   switch (kind) {{
@@ -163,7 +169,13 @@ def families_header(storages: list[Storage], families: list[Family]) -> str:
            "// A family's header defines launch, attributes (empty where the variant does not exist) and,",
            "// for families with a workspace, workspace_bytes; configs() is the compile-time list it",
            "// dispatches over.",
-           "template <KernelKind K>", "struct Family;", ""]
+           "template <KernelKind K>", "struct Family;", "",
+           "#define LINREC_FAMILY_MEMBERS                                                                           \\",
+           "  template <typename S, bool kBackward>                                                               \\",
+           "  static void launch(const ParamsOf<kBackward>& p, const TileConfig& config, cudaStream_t stream);     \\",
+           "  template <typename S, bool kBackward>                                                               \\",
+           "  static std::optional<cudaFuncAttributes> attributes(const TileConfig& config, KernelVariant variant);",
+           ""]
     for f in families:
         if f.configs is None:
             configs = "return std::array<TileConfig, 0>{};"
@@ -179,11 +191,7 @@ def families_header(storages: list[Storage], families: list[Family]) -> str:
                 "template <>", f"struct Family<KernelKind::{f.kind}> {{",
                 f'  static constexpr const char* kName = "{f.name}";',
                 "  template <typename S>", f"  static constexpr auto configs() {{ {configs} }}",
-                "  template <typename S, bool kBackward>",
-                "  static void launch(const ParamsOf<kBackward>& p, const TileConfig& config, cudaStream_t stream);",
-                "  template <typename S, bool kBackward>",
-                "  static std::optional<cudaFuncAttributes> attributes(const TileConfig& config, KernelVariant variant);",
-                f"  {workspace}", "};", ""]
+                "  LINREC_FAMILY_MEMBERS", f"  {workspace}", "};", ""]
     out += ["// Whether Family<K> is compiled for storage S.",
             "template <KernelKind K, typename S>", "inline constexpr bool kCompiled = false;"]
     for f in families:

@@ -1,7 +1,7 @@
 """Shapes between the bench's cases: where does the shape rule fall behind torch.add?
 
 The bench (python -m linrec.bench) times the issue's fixed cases. This sweep times
-linrec.linrec (the shape rule, csrc/dispatch.h) on a grid of (sequences, length)
+linrec.linrec (the tuning table, python/linrec/tuning/) on a grid of (sequences, length)
 shapes and a few layouts, beside torch.add (forward) and an elementwise product with
 autograd (forward+backward) on the same shape, in one process, from CUDA graphs with
 the inputs cycled past L2 (the bench's own timing). For unit-stride shapes of at least

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The device tuning runs behind the shape rule in csrc/dispatch.h: every compiled
+# The device tuning runs behind the tuning tables (python/linrec/tuning/): every compiled
 # config of the kernels that serve each regime, float32 and bfloat16.
 # Usage (on a GPU machine, linrec installed): bash tools/tune_sweep.sh OUTDIR [REGIMES...]
 #   REGIMES (default: all): long (few long sequences), strided (channel-last), grid, short

@@ -1,7 +1,7 @@
 // CPU kernels: sequences split over threads, neighbouring sequences scanned in
 // lockstep. 16-bit storage types are computed in float32, everything else in
 // its own type. Complex storage runs the same walks; its backward conjugates
-// (PyTorch's convention for complex gradients, see kernels/complex.cuh).
+// (PyTorch's convention for complex gradients, see kernels/primitives/complex.cuh).
 //
 // Where consecutive sequences are neighbours in memory (channel-last data, such
 // as (B, T, D) scanned over T), a thread walks a run of them together: one step

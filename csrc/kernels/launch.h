@@ -1,5 +1,5 @@
-// Host-side entry points of every kernel. Implemented in csrc/kernels/*.cpp|*.cu;
-// called by csrc/ops.cpp. Torch-free on purpose: only params.h and config.h types.
+// Host-side entry points of every kernel. Implemented in csrc/cpu/ and csrc/kernels/*.cu;
+// called by csrc/ops/. Torch-free on purpose: only params.h and config.h types.
 #pragma once
 #include <optional>
 #include <vector>
@@ -9,7 +9,7 @@
 
 namespace linrec {
 
-// CPU: sequential scan per sequence, sequences in parallel (cpu_kernels.cpp).
+// CPU: sequential scan per sequence, sequences in parallel (csrc/cpu/cpu_kernels.cpp).
 void cpu_fwd(const ForwardParams& p, Storage storage);
 void cpu_bwd(const BackwardParams& p, Storage storage);
 

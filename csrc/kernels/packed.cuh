@@ -68,26 +68,42 @@ __device__ __forceinline__ void scan_segment(Acc (&y)[E], Acc (&c)[E], bool rev,
   for (int i = 0; i < E; ++i) y[i] = c[i] * before_thread + y[i];
 }
 
+// A thread's place in the general packed kernels: 2^shift lanes a sequence. Every lane
+// takes part in the shuffles; lanes past the last sequence see length 0 (and sequence 0's
+// offsets, never read).
+template <int E, int NT>
+struct PackedLane {
+  int width;
+  bool active;
+  int64_t seq, len, first;
+  __device__ __forceinline__ PackedLane(int64_t seq_len, int64_t num_seqs) {
+    const int shift = packed_width_shift<E>(seq_len);
+    width = 1 << shift;
+    const int64_t n = static_cast<int64_t>(blockIdx.x) * (NT >> shift) + (threadIdx.x >> shift);
+    active = n < num_seqs;
+    seq = active ? n : 0;
+    len = active ? seq_len : 0;
+    first = static_cast<int64_t>(threadIdx.x & (width - 1)) * E;
+  }
+};
+
 template <typename S, int E, int NT>
 __global__ void __launch_bounds__(NT) packed_fwd_kernel(const ForwardParams p) {
   using T = values_t<S>;
   using Tc = coeffs_t<S>;
   using Acc = acc_t<S>;
-  const int shift = packed_width_shift<E>(p.seq_len), width = 1 << shift;
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * (NT >> shift) + (threadIdx.x >> shift);
-  // Every lane takes part in the shuffles; lanes past the last sequence see length 0.
-  const bool active = n < p.num_seqs;
-  const int64_t len = active ? p.seq_len : 0;
+  const PackedLane<E, NT> lane(p.seq_len, p.num_seqs);
+  const int64_t len = lane.len, first = lane.first;
   int64_t off[kNumFwdSlots];
-  p.index.offsets(active ? n : 0, off);
+  p.index.offsets(lane.seq, off);
   const auto& es = p.index.elem_strides;
-  const int64_t first = static_cast<int64_t>(threadIdx.x & (width - 1)) * E;
   wait_for_prior_grid();
   Acc xs[E], cs[E];
   load_vector(xs, static_cast<const T*>(p.inputs) + off[kFwdInputs], es[kFwdInputs], first, len, Acc(0));
   load_vector(cs, static_cast<const Tc*>(p.coeffs) + off[kFwdCoeffs], es[kFwdCoeffs], first, len, Acc(1));
-  const Acc initial = p.initial && active ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kFwdInitial]]) : Acc(0);
-  scan_segment(xs, cs, p.reverse, width, initial);
+  const Acc initial =
+      p.initial && lane.active ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kFwdInitial]]) : Acc(0);
+  scan_segment(xs, cs, p.reverse, lane.width, initial);
   store_vector(static_cast<T*>(p.outputs) + off[kFwdOutputs], es[kFwdOutputs], xs, first, len);
 }
 
@@ -96,18 +112,16 @@ __global__ void __launch_bounds__(NT) packed_bwd_kernel(const BackwardParams p) 
   using T = values_t<S>;
   using Tc = coeffs_t<S>;
   using Acc = acc_t<S>;
-  const int shift = packed_width_shift<E>(p.seq_len), width = 1 << shift;
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * (NT >> shift) + (threadIdx.x >> shift);
-  const bool active = n < p.num_seqs;
-  const int64_t len = active ? p.seq_len : 0;
+  const PackedLane<E, NT> lane(p.seq_len, p.num_seqs);
+  const int64_t len = lane.len, first = lane.first;
   int64_t off[kNumBwdSlots];
-  p.index.offsets(active ? n : 0, off);
+  p.index.offsets(lane.seq, off);
   const auto& es = p.index.elem_strides;
-  const int64_t first = static_cast<int64_t>(threadIdx.x & (width - 1)) * E;
   const bool fwd_rev = p.reverse;
   const int64_t first_step = fwd_rev ? len - 1 : 0;  // the forward direction's first step
   wait_for_prior_grid();
-  const Acc initial = p.initial && active ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kBwdInitial]]) : Acc(0);
+  const Acc initial =
+      p.initial && lane.active ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kBwdInitial]]) : Acc(0);
 
   Acc gs[E], cs[E];
   load_vector(gs, static_cast<const T*>(p.d_outputs) + off[kBwdDOutputs], es[kBwdDOutputs], first, len, Acc(0));
@@ -117,18 +131,19 @@ __global__ void __launch_bounds__(NT) packed_bwd_kernel(const BackwardParams p) 
   for (int i = 0; i < E; ++i)
     if (first + i == first_step) first_coeff = conj(cs[i]);
   // d_inputs: the scan against the forward direction, conj(coeffs) one forward step later.
-  shift_segment(cs, width, len, Acc(0), /*from_next=*/!fwd_rev);
+  shift_segment(cs, lane.width, len, Acc(0), /*from_next=*/!fwd_rev);
 #pragma unroll
   for (int i = 0; i < E; ++i) cs[i] = conj(cs[i]);
-  scan_segment(gs, cs, !fwd_rev, width, Acc(0));
+  scan_segment(gs, cs, !fwd_rev, lane.width, Acc(0));
   store_vector(static_cast<T*>(p.d_inputs) + off[kBwdDInputs], es[kBwdDInputs], gs, first, len);
   // d_coeffs = d_inputs * conj(outputs one forward step earlier, the initial state before the first).
   Acc ys[E];
   load_vector(ys, static_cast<const T*>(p.outputs) + off[kBwdOutputs], es[kBwdOutputs], first, len, Acc(0));
-  shift_segment(ys, width, len, initial, /*from_next=*/fwd_rev);
+  shift_segment(ys, lane.width, len, initial, /*from_next=*/fwd_rev);
 #pragma unroll
   for (int i = 0; i < E; ++i) {
-    if (active && first + i == first_step) static_cast<T*>(p.d_initial)[off[kBwdDInitial]] = from_acc<T>(gs[i] * first_coeff);
+    if (lane.active && first + i == first_step)
+      static_cast<T*>(p.d_initial)[off[kBwdDInitial]] = from_acc<T>(gs[i] * first_coeff);
     ys[i] = gs[i] * conj(ys[i]);
   }
   store_vector(static_cast<Tc*>(p.d_coeffs) + off[kBwdDCoeffs], es[kBwdDCoeffs], ys, first, len);

@@ -16,8 +16,15 @@ namespace linrec {
 
 constexpr int kRefThreadsPerBlock = 128;
 
-__device__ __forceinline__ int64_t this_thread_seq() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+// This thread's sequence: false past the last one; else, once the grid before has
+// finished writing, its element offsets in each tensor of Params.
+template <int kSlots, typename Params>
+__device__ __forceinline__ bool this_thread_seq(const Params& p, int64_t (&off)[kSlots]) {
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (n >= p.num_seqs) return false;
+  wait_for_prior_grid();
+  p.index.offsets(n, off);
+  return true;
 }
 
 template <typename S>
@@ -25,11 +32,8 @@ __global__ void __launch_bounds__(kRefThreadsPerBlock) ref_fwd_kernel(const Forw
   using T = values_t<S>;
   using Tc = coeffs_t<S>;
   using Acc = acc_t<S>;
-  const int64_t n = this_thread_seq();
-  if (n >= p.num_seqs) return;
-  wait_for_prior_grid();
   int64_t off[kNumFwdSlots];
-  p.index.offsets(n, off);
+  if (!this_thread_seq(p, off)) return;
   const T* __restrict__ x = static_cast<const T*>(p.inputs) + off[kFwdInputs];
   const Tc* __restrict__ c = static_cast<const Tc*>(p.coeffs) + off[kFwdCoeffs];
   T* __restrict__ y = static_cast<T*>(p.outputs) + off[kFwdOutputs];
@@ -49,11 +53,8 @@ __global__ void __launch_bounds__(kRefThreadsPerBlock) ref_bwd_kernel(const Back
   using T = values_t<S>;
   using Tc = coeffs_t<S>;
   using Acc = acc_t<S>;
-  const int64_t n = this_thread_seq();
-  if (n >= p.num_seqs) return;
-  wait_for_prior_grid();
   int64_t off[kNumBwdSlots];
-  p.index.offsets(n, off);
+  if (!this_thread_seq(p, off)) return;
   const T* __restrict__ dy = static_cast<const T*>(p.d_outputs) + off[kBwdDOutputs];
   const Tc* __restrict__ c = static_cast<const Tc*>(p.coeffs) + off[kBwdCoeffs];
   const T* __restrict__ y = static_cast<const T*>(p.outputs) + off[kBwdOutputs];

@@ -128,9 +128,8 @@ __global__ void __launch_bounds__(NT_) tiled_fwd_kernel(const ForwardParams p) {
   using Tc = coeffs_t<St>;
   using Acc = acc_t<St>;
   constexpr TileConfig C = kConfigOf<E_, NT_, M_, A_>;
-  constexpr int E = C.elems_per_thread;
-  constexpr int NT = C.threads_per_block;
-  constexpr int64_t kTileLen = static_cast<int64_t>(E) * NT;
+  constexpr int E = E_, NT = NT_;
+  constexpr int64_t kTileLen = C.tile_len();
   Acc* smem = staging_smem<Acc>();
   __shared__ BlockScanStorage<Acc> storage;
 
@@ -194,9 +193,8 @@ __global__ void __launch_bounds__(NT_) tiled_bwd_kernel(const BackwardParams p) 
   using Tc = coeffs_t<St>;
   using Acc = acc_t<St>;
   constexpr TileConfig C = kConfigOf<E_, NT_, M_, A_>;
-  constexpr int E = C.elems_per_thread;
-  constexpr int NT = C.threads_per_block;
-  constexpr int64_t kTileLen = static_cast<int64_t>(E) * NT;
+  constexpr int E = E_, NT = NT_;
+  constexpr int64_t kTileLen = C.tile_len();
   Acc* smem = staging_smem<Acc>();
   __shared__ BlockScanStorage<Acc> storage;
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "../config.h"
+#include "../registry.h"
 #include "../params.h"
 
 namespace linrec {
@@ -40,16 +41,16 @@ inline DType to_dtype(ScalarType t, const char* name) {
 }
 
 // The ops' arguments past the tensors and dim, as the schema takes them (ops.cpp): reverse an
-// int so that 2 is refused, not read as true; the kernel id (0 auto, 1 ref, 2 tile, 3 pipe,
-// 4 chained, 5 strided, 6 packed) and the TileConfig that picks a compiled instance of it. Auto
-// and ref take no config: linrec passes zeros there. Every op calls this first, on any device,
+// int so that 2 is refused, not read as true; the kernel id (KernelKind, csrc/registry.toml)
+// and the TileConfig that picks a compiled instance of it. Auto and the families without
+// configs take none: linrec passes zeros there. Every op calls this first, on any device,
 // so a bad argument fails the same way whether or not a kernel reads it.
 inline void check_kernel_args(int64_t reverse, int64_t kernel, int64_t elems_per_thread, int64_t threads_per_block,
                               int64_t memcode, int64_t algocode) {
   STD_TORCH_CHECK(reverse == 0 || reverse == 1, "linrec: reverse must be a bool (or 0 / 1), got ", reverse);
-  STD_TORCH_CHECK(kernel >= 0 && kernel <= 6, "linrec: kernel=", kernel,
-                  " is not a kernel id (0 auto, 1 ref, 2 tile, 3 pipe, 4 chained, 5 strided, 6 packed)");
-  const int64_t least = kernel >= 2 ? 1 : 0;  // auto and ref ignore the config: 0 there
+  STD_TORCH_CHECK(kernel >= 0 && kernel <= kMaxKernelKind, "linrec: kernel=", kernel, " is not a kernel id (",
+                  kKernelIds, ")");
+  const int64_t least = takes_config(static_cast<KernelKind>(kernel)) ? 1 : 0;  // the others ignore it: 0 there
   STD_TORCH_CHECK(elems_per_thread >= least && threads_per_block >= least, "linrec: elems_per_thread=",
                   elems_per_thread, " and threads_per_block=", threads_per_block, " must be ",
                   least ? "positive" : "non-negative", " for kernel=", kernel);

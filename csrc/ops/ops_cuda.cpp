@@ -26,16 +26,12 @@ struct KernelArgs {
 // compiled at for this storage (csrc/registry.toml), or the tuned choice for kernel 0.
 KernelChoice choose(const KernelArgs& args, int64_t seq_len, int64_t num_seqs, bool interleaved, bool backward,
                     Storage storage, int device) {
-  const auto [kernel, elems_per_thread, threads_per_block, memcode, algocode] = args;
-  STD_TORCH_CHECK(kernel >= 0 && kernel <= kMaxKernelKind, "linrec: kernel must be 0 (auto) or a family id from 1 "
-                  "to ", kMaxKernelKind, " (linrec/_registry.py), got ", kernel);
+  const auto [kernel, elems_per_thread, threads_per_block, memcode, algocode] = args;  // in range: check_kernel_args
   const auto kind = static_cast<KernelKind>(kernel);
   if (kind == KernelKind::kAuto)
     return choose_kernel(storage, seq_len, num_seqs, interleaved, backward, device, cuda_sm_count(device));
   const char* name = kernel_kind_name(kind);
   STD_TORCH_CHECK(cuda_compiled(storage, kind), "linrec: the ", name, " kernels are not compiled for these dtypes");
-  STD_TORCH_CHECK(memcode >= 0 && memcode <= 3 && algocode >= 0 && algocode <= 3,
-                  "linrec: memcode and algocode must be 0 to 3, got ", memcode, " and ", algocode);
   const TileConfig config{static_cast<int>(elems_per_thread), static_cast<int>(threads_per_block),
                           static_cast<MemCode>(memcode), static_cast<AlgoCode>(algocode)};
   if (kind == KernelKind::kRef) return {kind, config};
@@ -85,10 +81,11 @@ void launch_on_current_stream(const Tensor& like, Params& p, Storage storage, co
   launch(p, storage, c.kind, c.config, workspace_bytes, current_stream(like));
 }
 
-Tensor linrec_fwd_cuda(Tensor inputs, Tensor coeffs, std::optional<Tensor> initial, int64_t dim, bool reverse,
+Tensor linrec_fwd_cuda(Tensor inputs, Tensor coeffs, std::optional<Tensor> initial, int64_t dim, int64_t reverse,
                        int64_t kernel, int64_t elems_per_thread, int64_t threads_per_block, int64_t memcode,
                        int64_t algocode) {
-  ForwardCall call = prepare_fwd(inputs, coeffs, initial, dim, reverse);
+  check_kernel_args(reverse, kernel, elems_per_thread, threads_per_block, memcode, algocode);
+  ForwardCall call = prepare_fwd(inputs, coeffs, initial, dim, reverse != 0);
   if (call.empty) return call.outputs;
   const bool interleaved =
       seqs_interleaved(call.p.index, kFwdInputs) || seqs_interleaved(call.p.index, kFwdOutputs);
@@ -99,10 +96,11 @@ Tensor linrec_fwd_cuda(Tensor inputs, Tensor coeffs, std::optional<Tensor> initi
 }
 
 std::tuple<Tensor, Tensor, Tensor> linrec_bwd_cuda(Tensor d_outputs, Tensor coeffs, Tensor outputs,
-                                                   std::optional<Tensor> initial, int64_t dim, bool reverse,
+                                                   std::optional<Tensor> initial, int64_t dim, int64_t reverse,
                                                    int64_t kernel, int64_t elems_per_thread,
                                                    int64_t threads_per_block, int64_t memcode, int64_t algocode) {
-  BackwardCall call = prepare_bwd(d_outputs, coeffs, outputs, initial, dim, reverse);
+  check_kernel_args(reverse, kernel, elems_per_thread, threads_per_block, memcode, algocode);
+  BackwardCall call = prepare_bwd(d_outputs, coeffs, outputs, initial, dim, reverse != 0);
   if (call.empty) return call.grads();
   const bool interleaved =
       seqs_interleaved(call.p.index, kBwdDOutputs) || seqs_interleaved(call.p.index, kBwdDInputs);

@@ -4,7 +4,7 @@ Three ways (_path picks one a call):
 
 - the compiled op (linrec::linrec_fwd / linrec_bwd, complex arithmetic in C++ and CUDA, with
   linrec.linrec's autograd as for real tensors): on the CPU, and on CUDA wherever the compiled
-  kernels are loaded (select_complex_config in csrc/dispatch.h: the strided kernels for
+  kernels are loaded (the complex rows of linrec/tuning/h100.json: the strided kernels for
   channel-last data; for rows the packed, tile, then staged chained kernels as they grow);
 - without them, Triton kernels that scan the complex pairs, one program a sequence
   (impl/triton_complex.py), for at least as many CUDA sequences as the device has SMs;

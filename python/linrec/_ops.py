@@ -1,6 +1,6 @@
 """Python side of the compiled ops linrec::linrec_fwd and linrec::linrec_bwd.
 
-The schemas live in C++ (csrc/ops.cpp). Here: fake kernels, so torch.compile
+The schemas live in C++ (csrc/ops/ops.cpp). Here: fake kernels, so torch.compile
 traces the ops with no graph break, and autograd, whose backward calls the
 fused backward op (or, with create_graph=True, a differentiable backward made
 of one more scan); linrec.linrec's calls also get forward-mode AD.
@@ -12,18 +12,21 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 from . import _C  # noqa: F401  (loading it registers the ops)
-from ._registry import KERNEL_AUTO
+from ._registry import FAMILIES, KERNEL_AUTO
+
+_FAMILIES_BY_ID = {f.id: f for f in FAMILIES.values()}
+_KERNEL_IDS = ", ".join(["0 auto"] + [f"{f.id} {name}" for name, f in FAMILIES.items()])  # as csrc/registry.h
 
 fwd_op = torch.ops.linrec.linrec_fwd
 bwd_op = torch.ops.linrec.linrec_bwd
 # linrec_fwd with no autograd kernel: what linrec.linrec calls, differentiating it with the
 # Functions below. The registered autograd of linrec_fwd is torch.library's Python wrapper,
-# which every call pays for, with grad or without (csrc/ops.cpp).
+# which every call pays for, with grad or without (csrc/ops/ops.cpp).
 fwd_op_no_autograd = torch.ops.linrec._linrec_fwd
 
 
 def _check_fake_args(named_tensors, kernel_args):
-    """The checks of csrc/op_args.h that need no data, in the fake kernels: torch.compile traces
+    """The checks of csrc/ops/op_args.h that need no data, in the fake kernels: torch.compile traces
     these, and the dispatcher sends here any call with a meta tensor among its arguments, where
     a CPU tensor beside it must not come back as an uninitialised result. `named_tensors`: the
     (name, tensor or None) pairs, first the one the others follow; None is allowed for initial."""
@@ -37,10 +40,10 @@ def _check_fake_args(named_tensors, kernel_args):
     reverse, kernel, elems_per_thread, threads_per_block, memcode, algocode = kernel_args
     if reverse not in (0, 1):  # True and False are 1 and 0
         raise RuntimeError(f"linrec: reverse must be a bool (or 0 / 1), got {reverse}")
-    if not 0 <= kernel <= 6:
-        raise RuntimeError(f"linrec: kernel={kernel} is not a kernel id (0 auto, 1 ref, 2 tile, 3 pipe, "
-                           "4 chained, 5 strided, 6 packed)")
-    least = 1 if kernel >= 2 else 0  # auto and ref ignore the config: 0 there
+    family = _FAMILIES_BY_ID.get(kernel)
+    if family is None and kernel != KERNEL_AUTO:
+        raise RuntimeError(f"linrec: kernel={kernel} is not a kernel id ({_KERNEL_IDS})")
+    least = 1 if family is not None and family.has_configs else 0  # the others ignore the config: 0 there
     if elems_per_thread < least or threads_per_block < least:
         raise RuntimeError(f"linrec: elems_per_thread={elems_per_thread} and threads_per_block={threads_per_block} "
                            f"must be {'positive' if least else 'non-negative'} for kernel={kernel}")

@@ -1,6 +1,6 @@
 """python -m linrec.bench: throughput of linrec and its peers next to torch.add and the copy bandwidth.
 
-Cases (from TARGETS.md): #SMs x 100 sequences of length 16 .. 65536; few long
+Cases (the project's performance floors, tools/check_floors.py): #SMs x 100 sequences of length 16 .. 65536; few long
 sequences (1 x 2^24, 4 x 2^22); channel-last (8, 4096, 2048) scanned over dim=1;
 float32 and bfloat16 (and on request mixed storage, e.g. `--dtypes bfloat16+float32`:
 16-bit inputs with float32 coefficients). Forward counts 3 tensors of traffic (read

@@ -28,16 +28,19 @@ using ParamsOf = std::conditional_t<kBackward, BackwardParams, ForwardParams>;
 template <KernelKind K>
 struct Family;
 
+#define LINREC_FAMILY_MEMBERS                                                                           \
+  template <typename S, bool kBackward>                                                               \
+  static void launch(const ParamsOf<kBackward>& p, const TileConfig& config, cudaStream_t stream);     \
+  template <typename S, bool kBackward>                                                               \
+  static std::optional<cudaFuncAttributes> attributes(const TileConfig& config, KernelVariant variant);
+
 // ref: one thread per sequence, walking it step by step.
 template <>
 struct Family<KernelKind::kRef> {
   static constexpr const char* kName = "ref";
   template <typename S>
   static constexpr auto configs() { return std::array<TileConfig, 0>{}; }
-  template <typename S, bool kBackward>
-  static void launch(const ParamsOf<kBackward>& p, const TileConfig& config, cudaStream_t stream);
-  template <typename S, bool kBackward>
-  static std::optional<cudaFuncAttributes> attributes(const TileConfig& config, KernelVariant variant);
+  LINREC_FAMILY_MEMBERS
   template <typename S>
   static int64_t workspace_bytes(int64_t, int64_t, const TileConfig&) { return 0; }
 };
@@ -48,10 +51,7 @@ struct Family<KernelKind::kTile> {
   static constexpr const char* kName = "tile";
   template <typename S>
   static constexpr auto configs() { if constexpr (kIsComplex<S>) return COMPLEX_TILE_CONFIG_LIST; else return CONFIG_LIST; }
-  template <typename S, bool kBackward>
-  static void launch(const ParamsOf<kBackward>& p, const TileConfig& config, cudaStream_t stream);
-  template <typename S, bool kBackward>
-  static std::optional<cudaFuncAttributes> attributes(const TileConfig& config, KernelVariant variant);
+  LINREC_FAMILY_MEMBERS
   template <typename S>
   static int64_t workspace_bytes(int64_t, int64_t, const TileConfig&) { return 0; }
 };
@@ -62,10 +62,7 @@ struct Family<KernelKind::kPipe> {
   static constexpr const char* kName = "pipe";
   template <typename S>
   static constexpr auto configs() { return CONFIG_LIST; }
-  template <typename S, bool kBackward>
-  static void launch(const ParamsOf<kBackward>& p, const TileConfig& config, cudaStream_t stream);
-  template <typename S, bool kBackward>
-  static std::optional<cudaFuncAttributes> attributes(const TileConfig& config, KernelVariant variant);
+  LINREC_FAMILY_MEMBERS
   template <typename S>
   static int64_t workspace_bytes(int64_t, int64_t, const TileConfig&) { return 0; }
 };
@@ -76,10 +73,7 @@ struct Family<KernelKind::kChained> {
   static constexpr const char* kName = "chained";
   template <typename S>
   static constexpr auto configs() { if constexpr (kIsComplex<S>) return CHAINED_STAGED_CONFIG_LIST; else return CHAINED_CONFIG_LIST; }
-  template <typename S, bool kBackward>
-  static void launch(const ParamsOf<kBackward>& p, const TileConfig& config, cudaStream_t stream);
-  template <typename S, bool kBackward>
-  static std::optional<cudaFuncAttributes> attributes(const TileConfig& config, KernelVariant variant);
+  LINREC_FAMILY_MEMBERS
   template <typename S>
   static int64_t workspace_bytes(int64_t num_seqs, int64_t seq_len, const TileConfig& config);
 };
@@ -90,10 +84,7 @@ struct Family<KernelKind::kStrided> {
   static constexpr const char* kName = "strided";
   template <typename S>
   static constexpr auto configs() { return STRIDED_CONFIG_LIST; }
-  template <typename S, bool kBackward>
-  static void launch(const ParamsOf<kBackward>& p, const TileConfig& config, cudaStream_t stream);
-  template <typename S, bool kBackward>
-  static std::optional<cudaFuncAttributes> attributes(const TileConfig& config, KernelVariant variant);
+  LINREC_FAMILY_MEMBERS
   template <typename S>
   static int64_t workspace_bytes(int64_t num_seqs, int64_t seq_len, const TileConfig& config);
 };
@@ -104,10 +95,7 @@ struct Family<KernelKind::kPacked> {
   static constexpr const char* kName = "packed";
   template <typename S>
   static constexpr auto configs() { return PACKED_CONFIG_LIST; }
-  template <typename S, bool kBackward>
-  static void launch(const ParamsOf<kBackward>& p, const TileConfig& config, cudaStream_t stream);
-  template <typename S, bool kBackward>
-  static std::optional<cudaFuncAttributes> attributes(const TileConfig& config, KernelVariant variant);
+  LINREC_FAMILY_MEMBERS
   template <typename S>
   static int64_t workspace_bytes(int64_t, int64_t, const TileConfig&) { return 0; }
 };
