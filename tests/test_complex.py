@@ -233,9 +233,9 @@ def test_triton_complex_kernels(dtype, tol, reverse, case):
 def test_complex_paths_gpu(monkeypatch, path, reverse):
     """Every GPU path of linrec.linrec on complex64, forced, through autograd: values and
     gradients against the loop."""
-    if path == "compiled" and linrec._cuda_backend(0) != "cuda":
+    if path == "compiled" and linrec._backend.cuda_backend(0) != "cuda":
         pytest.skip("the compiled CUDA kernels are not loaded")
-    monkeypatch.setattr(linrec._complex, "_path", lambda x, dim: path)
+    monkeypatch.setattr(linrec._complex, "complex_path", lambda x, dim: path)
     x = crandn(6, 2000, 4, device="cuda", dtype=torch.complex64).requires_grad_()
     c = decays(6, 2000, 4, device="cuda", dtype=torch.complex64)
     c[:, 100] = 0
@@ -259,9 +259,9 @@ def test_complex_paths_gpu(monkeypatch, path, reverse):
 @pytest.mark.parametrize("reverse", [False, True])
 def test_complex_gradgradcheck(monkeypatch, device, path, reverse):
     """Second derivatives on every path (create_graph=True), a zero coefficient included."""
-    if path == "compiled" and device == "cuda" and linrec._cuda_backend(0) != "cuda":
+    if path == "compiled" and device == "cuda" and linrec._backend.cuda_backend(0) != "cuda":
         pytest.skip("the compiled CUDA kernels are not loaded")
-    monkeypatch.setattr(linrec._complex, "_path", lambda x, dim: path)
+    monkeypatch.setattr(linrec._complex, "complex_path", lambda x, dim: path)
     x = crandn(2, 7, device=device).requires_grad_()
     c = decays(2, 7, device=device)
     c[0, 2] = 0
@@ -273,7 +273,7 @@ def test_complex_gradgradcheck(monkeypatch, device, path, reverse):
 @pytest.mark.parametrize("device", DEVICES)
 def test_complex_torch_func(device):
     """torch.func on the compiled op's complex path: vmap, and grad of a real loss in coeffs."""
-    if device == "cuda" and linrec._cuda_backend(0) != "cuda":
+    if device == "cuda" and linrec._backend.cuda_backend(0) != "cuda":
         pytest.skip("the compiled CUDA kernels are not loaded")
     x, c = crandn(4, 3, 20, device=device), decays(4, 3, 20, device=device)
     assert rel_err(torch.func.vmap(linrec.linrec)(x, c), loop(x, c)) < 1e-12
@@ -289,7 +289,7 @@ def test_complex_torch_func(device):
 @pytest.mark.parametrize("path", ["polar", "triton"])
 def test_complex_torch_func_fallbacks_raise(monkeypatch, path):
     """The fallback paths do not support torch.func: a NotImplementedError naming the path."""
-    monkeypatch.setattr(linrec._complex, "_path", lambda x, dim: path)
+    monkeypatch.setattr(linrec._complex, "complex_path", lambda x, dim: path)
     device = TRITON_DEVICE if path == "triton" else "cpu"
     x, c = crandn(4, 3, 20, device=device), decays(4, 3, 20, device=device)
     with pytest.raises(NotImplementedError, match="torch.func transforms .* run on the compiled kernels only"):
@@ -300,16 +300,16 @@ def test_complex_torch_func_fallbacks_raise(monkeypatch, path):
 def test_complex_rule(monkeypatch):
     """The compiled op wherever it is loaded (the CPU; CUDA with the compiled kernels); without
     them, Triton for at least as many CUDA sequences as SMs and two real scans for fewer."""
-    path = linrec._complex._path
+    path = linrec._backend.complex_path
     assert path(torch.empty(4, 64, dtype=torch.complex64), 1) == "compiled"
     if not torch.cuda.is_available():
         return
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows, few_rows = (torch.empty(n, 64, device="cuda", dtype=torch.complex64) for n in (sms, sms - 1))
     channel_last = torch.empty(2, 64, 8, device="cuda", dtype=torch.complex64)
-    if linrec._cuda_backend(0) == "cuda":
+    if linrec._backend.cuda_backend(0) == "cuda":
         assert path(rows, 1) == path(few_rows, 1) == path(channel_last, 1) == "compiled"
-    monkeypatch.setattr(linrec, "_cuda_backend", lambda index: "triton")
+    monkeypatch.setattr(linrec._backend, "cuda_backend", lambda index: "triton")
     assert path(rows, 1) == "triton"
     assert path(few_rows, 1) == path(channel_last, 1) == "polar"
 
@@ -333,7 +333,7 @@ def test_complex_inductor_gpu(dim):
 # and every config of every family compiled for complex storage (tile, chained, strided, packed).
 def _op_kernels():
     kernels = [("cpu", (0, 0, 0, 0, 3))]
-    if torch.cuda.is_available() and linrec._cuda_backend(0) == "cuda":
+    if torch.cuda.is_available() and linrec._backend.cuda_backend(0) == "cuda":
         kernels += [("cuda", (FAMILIES["ref"].id, 0, 0, 0, 3))]
         for name in ("tile", "chained", "strided", "packed"):
             kernels += [("cuda", (FAMILIES[name].id, *cfg)) for cfg in linrec.compiled_configs(name, torch.complex64)]
@@ -379,7 +379,7 @@ def test_complex_op_kernels(device, kernel, dtype, tol, layout, reverse):
     channel-last (B, T, D) over T long enough for several chunks of time, rows, rows of several
     chained tiles (of whole vectors, for tile and packed), and 3 channels (lane groups); with an
     initial state and a zero coefficient (a reset)."""
-    from linrec._ops import call_compiled
+    from linrec._autograd import call_compiled
 
     if not _staged_fits(kernel, dtype, backward=False):
         x = crandn(3, 1100, 40, device=device, dtype=dtype)
@@ -450,9 +450,9 @@ def test_complex_rows_auto(dtype, tol, length, layout):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_complex_op_other_kernels_raise():
     """The pipe kernel, and configs not compiled for complex storage, are refused by name."""
-    if linrec._cuda_backend(0) != "cuda":
+    if linrec._backend.cuda_backend(0) != "cuda":
         pytest.skip("the compiled CUDA kernels are not loaded")
-    from linrec._ops import call_compiled
+    from linrec._autograd import call_compiled
 
     x = crandn(4, 64, device="cuda", dtype=torch.complex64)
     ids = {name: family.id for name, family in FAMILIES.items()}

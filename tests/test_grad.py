@@ -343,7 +343,7 @@ def test_torch_func_inside_compile_fullgraph_raises():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_torch_func_on_triton_raises(monkeypatch):
     """The Triton fallback does not support torch.func: a NotImplementedError naming it."""
-    monkeypatch.setattr(linrec, "_cuda_backend", lambda index: "triton")
+    monkeypatch.setattr(linrec._backend, "cuda_backend", lambda index: "triton")
     x = torch.randn(4, 20, dtype=torch.float64, device="cuda")
     c = torch.rand(4, 20, dtype=torch.float64, device="cuda")
     with pytest.raises(NotImplementedError, match="this call takes the Triton kernels"):

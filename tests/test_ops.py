@@ -69,7 +69,7 @@ def test_function_and_op_autograd_agree(sample):
 def test_constant_marker_matches_torch():
     """linrec marks its backend choice constant for torch.compile without importing Dynamo;
     the mark must be the one torch.compiler.assume_constant_result sets."""
-    from linrec import _assume_constant_result
+    from linrec._backend import _assume_constant_result
 
     def ours():
         return 0
@@ -227,7 +227,7 @@ def test_op_level_checks():
     ((9, 0), "", False),
 ])
 def test_arch_coverage(capability, archs, covered):
-    assert linrec._archs_cover(capability, archs) == covered
+    assert linrec._backend.archs_cover(capability, archs) == covered
 
 
 def test_build_info():

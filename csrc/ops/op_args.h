@@ -98,11 +98,11 @@ inline Storage storage_of(const Tensor& values, const Tensor& coeffs, const char
   const ScalarType v = values.scalar_type(), c = coeffs.scalar_type();
   const DType dtype = to_dtype(v, values_name);
   if (c == v) return {dtype, dtype};
-  const bool mixed = c == ScalarType::Float && (v == ScalarType::Half || v == ScalarType::BFloat16);
-  STD_TORCH_CHECK(mixed, "linrec: coeffs has dtype ", torch::headeronly::toString(c), " but ", values_name, " has ",
+  const Storage storage{dtype, to_dtype(c, "coeffs")};
+  STD_TORCH_CHECK(is_registered_storage(storage), "linrec: coeffs has dtype ", torch::headeronly::toString(c), " but ", values_name, " has ",
                   torch::headeronly::toString(v), "; coeffs may differ only as float32 beside float16 or bfloat16 ",
                   values_name);
-  return {dtype, DType::kFloat32};
+  return storage;
 }
 
 // `t` has ref's device and shape (without dim if is_state), and its dtype unless

@@ -7,10 +7,6 @@
 
 from __future__ import annotations
 
-import functools
-import os
-import warnings
-
 import torch
 
 try:
@@ -22,43 +18,15 @@ except ImportError as _error:
         "linrec's binary wheels need torch >= 2.10; or build linrec against this torch: "
         "pip install --no-build-isolation --no-binary linrec linrec"
     ) from _error
-from . import tuning
 from ._args import normalize
+from ._backend import C_CUDA as _C_cuda
+from ._backend import HAS_CUDA_KERNELS as _HAS_CUDA_KERNELS
+from ._backend import NO_CUDA_KERNELS as _NO_CUDA_KERNELS
+from ._backend import scan_real
 from ._complex import linrec_complex
 from ._registry import FAMILIES
-from ._ops import call_compiled, refuse_torch_func
 from ._version import __version__
 
-
-def _load_cuda_kernels():
-    """linrec._C_cuda, the CUDA kernels, and None; or None and why they are not loaded.
-
-    That module links the CUDA runtime of the CUDA version it was built with and torch's
-    CUDA library, so it is loaded only next to a torch of the same CUDA major version. With
-    any other torch, CUDA tensors go to the Triton implementation (warning once a device)."""
-    built = _C.build_info()["cuda_version"]
-    if not built:
-        return None, "this build has no CUDA kernels"
-    if torch.version.cuda is None:
-        return None, f"the CUDA kernels were built for CUDA {built}, and this torch ({torch.__version__}) has no CUDA"
-    if torch.version.cuda.split(".")[0] != built.split(".")[0]:
-        return None, (f"the CUDA kernels were built for CUDA {built}, and this torch ({torch.__version__}) has "
-                      f"CUDA {torch.version.cuda}; install the wheel for it (README, 'Install a binary wheel')")
-    try:
-        from . import _C_cuda
-    except ImportError as error:
-        return None, f"the CUDA kernels (CUDA {built}) do not load: {error}"
-    return _C_cuda, None
-
-
-_C_cuda, _NO_CUDA_KERNELS = _load_cuda_kernels()
-_HAS_CUDA_KERNELS = _C_cuda is not None
-if _HAS_CUDA_KERNELS:
-    tuning.install(_C_cuda)  # the default table; a device's own comes with its first call (_resolve_backend)
-else:
-    from ._ops import register_missing_cuda_kernels
-
-    register_missing_cuda_kernels(_NO_CUDA_KERNELS)
 
 __all__ = ["linrec", "build_info", "compiled_configs", "__version__"]
 
@@ -105,64 +73,6 @@ def compiled_configs(kernel: str = "tile", dtype: torch.dtype | None = None) -> 
     except ValueError:
         return []  # a dtype no storage type uses
 
-_BACKENDS = ("auto", "cuda", "triton")
-
-
-def _archs_cover(capability: tuple[int, int], archs: str) -> bool:
-    """Whether a TORCH_CUDA_ARCH_LIST-style `archs` runs on a device of this compute capability:
-    SASS for X.Y runs on X.Z with Z >= Y (X.Ya only on X.Y), PTX on anything at least as new."""
-    for arch in filter(None, archs.replace(" ", ";").split(";")):
-        ptx = arch.endswith("+PTX")
-        name = arch.removesuffix("+PTX")
-        specific = name.endswith("a")
-        major, minor = (int(v) for v in name.rstrip("a").split("."))
-        if ptx and (major, minor) <= capability:
-            return True
-        if major == capability[0] and (minor == capability[1] if specific else minor <= capability[1]):
-            return True
-    return False
-
-
-def _assume_constant_result(fn):
-    """torch.compiler.assume_constant_result, without its import of torch._dynamo, which doubles
-    the time of `import linrec` (2-core CPU: 1.1 s of 2.4). The decorator only marks the function
-    with this attribute, which Dynamo reads when it traces a call (torch 2.10-2.14);
-    tests/test_ops.py checks that the two still agree."""
-    fn._dynamo_marked_constant = True
-    return fn
-
-
-@_assume_constant_result
-def _cuda_backend(device_index: int) -> str:
-    return _resolve_backend(device_index)
-
-
-@functools.cache
-def _resolve_backend(device_index: int) -> str:
-    """'cuda' or 'triton' for this device: LINREC_BACKEND forces one, auto prefers compiled kernels."""
-    choice = os.environ.get("LINREC_BACKEND", "auto")
-    if choice not in _BACKENDS:
-        raise ValueError(f"linrec: LINREC_BACKEND={choice!r}; expected one of {', '.join(_BACKENDS)}")
-    capability = torch.cuda.get_device_capability(device_index)
-    archs = _C.build_info()["cuda_archs"]
-    name = torch.cuda.get_device_name(device_index)
-    if not _HAS_CUDA_KERNELS:
-        why = _NO_CUDA_KERNELS
-    elif not _archs_cover(capability, archs):
-        why = f"this build has no kernels for {name} (archs: {archs!r})"
-    else:
-        why = None
-    if choice == "cuda" and why:
-        raise RuntimeError(f"linrec: LINREC_BACKEND=cuda, but {why}")
-    if choice == "triton" or why:
-        if choice == "auto":
-            warnings.warn(f"linrec: no compiled kernels for {name}: {why}; using the Triton implementation",
-                          stacklevel=3)
-        return "triton"
-    tuning.install(_C_cuda, device_index, name)
-    return "cuda"
-
-
 def linrec(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
     """The linear recurrence y[l] = coeffs[l] * y[l-1] + inputs[l] along `dim`.
 
@@ -193,9 +103,4 @@ def linrec(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
     inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse, complex_ok=True)
     if inputs.is_complex():
         return linrec_complex(inputs, coeffs, initial, dim, reverse)
-    if inputs.is_cuda and _cuda_backend(inputs.device.index or 0) == "triton":
-        from .impl.triton import triton_fwd
-
-        refuse_torch_func("the Triton kernels (no compiled kernels for this GPU, or LINREC_BACKEND=triton)")
-        return triton_fwd(inputs, coeffs, initial, dim, bool(reverse), True)
-    return call_compiled(inputs, coeffs, initial, dim, reverse)
+    return scan_real(inputs, coeffs, initial, dim, reverse)

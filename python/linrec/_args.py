@@ -13,8 +13,11 @@ import struct
 
 import torch
 
-SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
-COMPLEX_DTYPES = (torch.complex64, torch.complex128)  # linrec.linrec and linrec_ref only
+from ._registry import STORAGES
+
+_STORAGE_DTYPES = tuple(dict.fromkeys(getattr(torch, s.values) for s in STORAGES.values()))
+SUPPORTED_DTYPES = tuple(d for d in _STORAGE_DTYPES if not d.is_complex)
+COMPLEX_DTYPES = tuple(d for d in _STORAGE_DTYPES if d.is_complex)  # linrec.linrec and linrec_ref only
 
 
 def _check_dtype(name: str, t: torch.Tensor, complex_ok: bool = False) -> None:
@@ -25,17 +28,20 @@ def _check_dtype(name: str, t: torch.Tensor, complex_ok: bool = False) -> None:
         raise ValueError(f"linrec: {name} must be a dense tensor, got {kind}")
     if t.dtype in SUPPORTED_DTYPES or (complex_ok and t.dtype in COMPLEX_DTYPES):
         return
-    expected = "float32, float64, float16, bfloat16" + (", complex64, complex128" if complex_ok else "")
+    expected = ", ".join(str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES + (COMPLEX_DTYPES if complex_ok else ()))
     raise ValueError(f"linrec: {name} has dtype {t.dtype}; expected one of {expected}")
 
 
-MIXED_VALUE_DTYPES = (torch.float16, torch.bfloat16)  # beside float32 coefficients: mixed storage
+# Mixed storage: (values, coeffs) dtype pairs that differ, float32 coefficients beside 16-bit values.
+MIXED_PAIRS = frozenset((getattr(torch, s.values), getattr(torch, s.coeffs)) for s in STORAGES.values()
+                        if s.values != s.coeffs)
+MIXED_VALUE_DTYPES = tuple(dict.fromkeys(values for values, _ in MIXED_PAIRS))
 
 
 def is_mixed(inputs_dtype: torch.dtype, coeffs_dtype: torch.dtype) -> bool:
     """Whether (inputs, coeffs) of these dtypes are mixed storage: float32 coefficients beside 16-bit
     inputs, which every implementation scans without rounding the coefficients to 16 bits."""
-    return coeffs_dtype == torch.float32 and inputs_dtype in MIXED_VALUE_DTYPES
+    return (inputs_dtype, coeffs_dtype) in MIXED_PAIRS
 
 
 def _exact_in(value: float, dtype: torch.dtype) -> bool:

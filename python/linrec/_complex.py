@@ -1,6 +1,6 @@
 """Complex diagonal recurrences (S4, S5, LRU): complex64 and complex128.
 
-Three ways (_path picks one a call):
+Three ways (_backend.complex_path picks one a call):
 
 - the compiled op (linrec::linrec_fwd / linrec_bwd, complex arithmetic in C++ and CUDA, with
   linrec.linrec's autograd as for real tensors): on the CPU, and on CUDA wherever the compiled
@@ -42,13 +42,9 @@ import math
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from ._ops import _previous_states, backward_by_scans, call_compiled, refuse_torch_func
-
-
-def _real_scan(*args, **kwargs):
-    from . import linrec  # the real kernels, whichever backend linrec.linrec picks
-
-    return linrec(*args, **kwargs)
+from ._args import normalize
+from ._autograd import _previous_states, backward_by_scans, call_compiled, refuse_torch_func
+from ._backend import complex_path, scan_real
 
 
 def _polar_scan(x, c, initial, dim: int, reverse: bool) -> torch.Tensor:
@@ -61,35 +57,12 @@ def _polar_scan(x, c, initial, dim: int, reverse: bool) -> torch.Tensor:
     xr, xi = x.real, x.imag
     rotated = torch.stack([xr * cos + xi * sin, xi * cos - xr * sin])  # e^{-i Phi} x
     state = None if initial is None else torch.stack([initial.real, initial.imag])
-    zr, zi = _real_scan(rotated, c.abs(), reverse, dim=dim + 1, initial=state).unbind(0)
+    zr, zi = scan_real(*normalize(rotated, c.abs(), state, dim + 1, reverse), reverse).unbind(0)
     return torch.complex(zr * cos - zi * sin, zr * sin + zi * cos)  # e^{i Phi} z
 
 
-_sm_counts: dict[int, int] = {}
-
-
-def _path(x: torch.Tensor, dim: int) -> str:
-    """'compiled', 'triton' or 'polar' for this call (the module docstring says why)."""
-    if not x.is_cuda:
-        return "compiled"
-    from . import _cuda_backend
-
-    index = x.device.index if x.device.index is not None else torch.cuda.current_device()
-    if _cuda_backend(index) == "cuda":
-        return "compiled"
-    if index not in _sm_counts:
-        _sm_counts[index] = torch.cuda.get_device_properties(index).multi_processor_count
-    try:
-        import triton  # noqa: F401
-
-        many_seqs = x.numel() >= _sm_counts[index] * max(1, x.shape[dim])
-    except ImportError:
-        many_seqs = False
-    return "triton" if many_seqs else "polar"
-
-
 def _scan(x, c, initial, dim: int, reverse: bool) -> torch.Tensor:
-    if _path(x, dim) == "triton":
+    if complex_path(x, dim) == "triton":
         from .impl.triton_complex import complex_fwd
 
         return complex_fwd(x, c, initial, dim, reverse)
@@ -110,7 +83,7 @@ class _ComplexLinrec(torch.autograd.Function):
         dim, reverse = ctx.dim, ctx.reverse
         if torch.is_grad_enabled():  # create_graph=True: a backward autograd can differentiate again
             scan = lambda x, c, d, r: _ComplexLinrec.apply(x, c, None, d, r)  # noqa: E731
-        elif outputs.shape[dim] and _path(outputs, dim) == "triton":  # the fused backward kernel
+        elif outputs.shape[dim] and complex_path(outputs, dim) == "triton":  # the fused backward kernel
             from .impl.triton_complex import complex_bwd
 
             d_inputs, d_coeffs, d_initial = complex_bwd(grad, coeffs, outputs, initial, dim, reverse)
@@ -123,7 +96,7 @@ class _ComplexLinrec(torch.autograd.Function):
 
 class _ComplexLinrecDual(_ComplexLinrec):
     """_ComplexLinrec plus forward-mode AD, for calls with dual tensors (torch.compile does not
-    trace a Function that defines jvp, so it is a class of its own, as in _ops.py)."""
+    trace a Function that defines jvp, so it is a class of its own, as in _autograd.py)."""
 
     @staticmethod
     def forward(ctx, inputs, coeffs, initial, dim, reverse):
@@ -143,7 +116,7 @@ class _ComplexLinrecDual(_ComplexLinrec):
 
 def linrec_complex(inputs, coeffs, initial, dim: int, reverse: bool) -> torch.Tensor:
     """The recurrence for complex64 / complex128 arguments, normalized as by _args.normalize."""
-    path = _path(inputs, dim)
+    path = complex_path(inputs, dim)
     if path == "compiled":
         return call_compiled(inputs, coeffs, initial, dim, reverse)
     refuse_torch_func("the Triton complex kernels" if path == "triton" else "two real scans (no compiled kernels)")

@@ -17,7 +17,7 @@ import torch
 
 from .. import compiled_configs
 from .._args import normalize
-from .._ops import call_compiled
+from .._autograd import call_compiled
 from .._registry import FAMILIES, STORAGES
 
 _COMPLEX_FAMILIES = frozenset(name for name, f in FAMILIES.items()

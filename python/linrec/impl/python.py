@@ -82,7 +82,7 @@ class _HopScan(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
-        from .._ops import backward_by_scans
+        from .._autograd import backward_by_scans
 
         c, y, initial = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph=True: a backward autograd can differentiate again

@@ -29,7 +29,7 @@ import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
 from .._args import normalize
-from .._ops import backward_by_scans, refuse_torch_func
+from .._autograd import backward_by_scans, refuse_torch_func
 
 MAX_TILE = 16384
 
