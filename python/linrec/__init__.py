@@ -25,6 +25,7 @@ from ._backend import NO_CUDA_KERNELS as _NO_CUDA_KERNELS
 from ._backend import scan_real
 from ._complex import linrec_complex
 from ._registry import FAMILIES
+from ._segments import check_cu_seqlens, exp_coeffs, scan_segments, segment_initial
 from ._version import __version__
 
 
@@ -73,7 +74,7 @@ def compiled_configs(kernel: str = "tile", dtype: torch.dtype | None = None) -> 
     except ValueError:
         return []  # a dtype no storage type uses
 
-def linrec(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
+def linrec(inputs, coeffs, reverse=False, *, dim=-1, initial=None, log_coeffs=False, cu_seqlens=None):
     """The linear recurrence y[l] = coeffs[l] * y[l-1] + inputs[l] along `dim`.
 
     Args:
@@ -88,7 +89,17 @@ def linrec(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
         reverse: run from the last element to the first.
         dim: the sequence dimension.
         initial: the state before the first step, shape of inputs without dim (or broadcastable
-            to it); zeros when None.
+            to it); zeros when None. With cu_seqlens, one state a segment: inputs' shape with
+            dim of size len(cu_seqlens) - 1 (or broadcastable to it).
+        log_coeffs: coeffs holds log(c) (logsigmoid gates, -softplus(.) * r, a complex log): the
+            scan takes exp(coeffs), computed in float32 at least; the gradient is for the
+            log-coefficients, in their shape and dtype.
+        cu_seqlens: packed sequences of different lengths along dim: a 1-D int32 / int64 tensor
+            [0, e1, ..., inputs.shape[dim]] on inputs' device; segment k is steps
+            cu_seqlens[k] .. cu_seqlens[k+1]-1, scanned on its own (in reverse too), from
+            initial[k]. Empty segments are allowed. Its values are checked on CPU tensors only:
+            on CUDA that would wait for the device, so a wrong cu_seqlens there gives wrong
+            results, not an error.
 
     Returns:
         A tensor of inputs' shape and dtype. Differentiable in inputs, coeffs and initial, in
@@ -100,7 +111,20 @@ def linrec(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
     On CUDA tensors the compiled kernels run when the build has them for the device,
     the Triton implementation otherwise; LINREC_BACKEND=cuda|triton forces one.
     """
-    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse, complex_ok=True)
+    if log_coeffs is not False:
+        if log_coeffs is not True:
+            raise ValueError(f"linrec: log_coeffs must be a bool, got {log_coeffs!r}")
+        coeffs = exp_coeffs(coeffs)
+    if cu_seqlens is not None:
+        inputs, coeffs, _, dim = normalize(inputs, coeffs, None, dim, reverse, complex_ok=True)
+        check_cu_seqlens(cu_seqlens, inputs, dim)
+        initial = segment_initial(initial, inputs, dim, cu_seqlens.shape[0] - 1)
+        return scan_segments(_scan, inputs, coeffs, initial, dim, bool(reverse), cu_seqlens)
+    return _scan(*normalize(inputs, coeffs, initial, dim, reverse, complex_ok=True), reverse)
+
+
+def _scan(inputs, coeffs, initial, dim, reverse):
+    """linrec on arguments normalized by _args.normalize: complex or real, where they run."""
     if inputs.is_complex():
         return linrec_complex(inputs, coeffs, initial, dim, reverse)
     return scan_real(inputs, coeffs, initial, dim, reverse)

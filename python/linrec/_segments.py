@@ -1,0 +1,115 @@
+"""Packed variable-length sequences (`cu_seqlens`) and log-space coefficients (`log_coeffs`).
+
+Segment k of the packed dim is steps cu_seqlens[k] .. cu_seqlens[k+1]-1, an independent
+recurrence entered from initial[k] (zeros without initial). At each segment's first step in
+scan order (its last with reverse) the recurrence is cut by a zero coefficient there, and the
+state entering the segment comes in through the inputs:
+
+    y[first] = c[first] * initial[k] + x[first]
+
+so every implementation of the plain scan serves, and autograd gives the gradients of
+inputs, coeffs and initial (per segment). The boundaries are found with device-side tensor
+ops only: no host sync on CUDA. This costs two element-wise passes beside the scan; a fused
+kernel will drop them.
+
+log_coeffs: the coefficients are exp(coeffs), computed in float32 at least (a 16-bit log
+gate near 0 is a decay near 1, which 16 bits would round); the gradient is returned in
+coeffs' own dtype.
+"""
+
+from __future__ import annotations
+
+import cmath
+import math
+import numbers
+
+import torch
+
+from ._args import _check_dtype
+
+SEGMENT_INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+def exp_coeffs(coeffs):
+    """exp of log-space coefficients: a tensor (float32 at least) or a number."""
+    if isinstance(coeffs, torch.Tensor):
+        _check_dtype("coeffs", coeffs, complex_ok=True)
+        if coeffs.dtype in (torch.float16, torch.bfloat16):
+            coeffs = coeffs.float()
+        return coeffs.exp()
+    if isinstance(coeffs, numbers.Number) and not isinstance(coeffs, bool):
+        try:
+            return cmath.exp(coeffs) if isinstance(coeffs, complex) else math.exp(coeffs)
+        except OverflowError:
+            raise ValueError(f"linrec: coeffs={coeffs!r} with log_coeffs=True overflows exp") from None
+    raise ValueError(f"linrec: coeffs must be a tensor or a number, got {type(coeffs).__name__}")
+
+
+def check_cu_seqlens(cu_seqlens, inputs: torch.Tensor, dim: int) -> None:
+    """A 1-D int32 / int64 tensor on inputs' device, [0, e1, ..., inputs.shape[dim]], nondecreasing.
+    The values are checked on CPU tensors only: on CUDA that would wait for the device."""
+    if not isinstance(cu_seqlens, torch.Tensor):
+        raise ValueError(f"linrec: cu_seqlens must be a 1-D integer tensor, got {type(cu_seqlens).__name__}")
+    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 1:
+        raise ValueError(f"linrec: cu_seqlens must be a 1-D tensor of at least one element, got shape "
+                         f"{tuple(cu_seqlens.shape)}")
+    if cu_seqlens.dtype not in SEGMENT_INDEX_DTYPES:
+        raise ValueError(f"linrec: cu_seqlens has dtype {cu_seqlens.dtype}; expected torch.int32 or torch.int64")
+    if cu_seqlens.device != inputs.device:
+        raise ValueError(f"linrec: cu_seqlens is on {cu_seqlens.device} but inputs is on {inputs.device}")
+    if cu_seqlens.device.type != "cpu" or torch.compiler.is_compiling():
+        return
+    length = inputs.shape[dim]
+    if cu_seqlens[0].item() != 0 or cu_seqlens[-1].item() != length:
+        raise ValueError(f"linrec: cu_seqlens must start at 0 and end at inputs.shape[dim] = {length}, got "
+                         f"{cu_seqlens[0].item()} .. {cu_seqlens[-1].item()}")
+    if cu_seqlens.numel() > 1 and bool((cu_seqlens[1:] < cu_seqlens[:-1]).any()):
+        raise ValueError("linrec: cu_seqlens must be nondecreasing")
+
+
+def segment_initial(initial, inputs: torch.Tensor, dim: int, num_segments: int):
+    """initial as one state a segment: inputs' shape with `dim` of size num_segments (broadcast)."""
+    if initial is None:
+        return None
+    shape = list(inputs.shape)
+    shape[dim] = num_segments
+    if isinstance(initial, torch.Tensor):
+        _check_dtype("initial", initial, complex_ok=True)
+        if initial.is_complex() and not inputs.is_complex():
+            raise ValueError(f"linrec: initial is complex ({initial.dtype}) but inputs is real ({inputs.dtype})")
+        if initial.device != inputs.device:
+            raise ValueError(f"linrec: initial is on {initial.device} but inputs is on {inputs.device}")
+        initial = initial.to(inputs.dtype)
+    else:
+        if not isinstance(initial, numbers.Number) or isinstance(initial, bool):
+            raise ValueError(f"linrec: initial must be a tensor or a number, got {type(initial).__name__}")
+        initial = torch.tensor(initial, dtype=inputs.dtype, device=inputs.device)
+    try:
+        if torch.broadcast_shapes(initial.shape, shape) == torch.Size(shape):
+            return initial.expand(shape)
+    except RuntimeError:
+        pass
+    raise ValueError(f"linrec: with cu_seqlens, initial holds one state a segment: shape {tuple(shape)} "
+                     f"({num_segments} segments along dim {dim}) or broadcastable to it, got {tuple(initial.shape)}")
+
+
+def scan_segments(scan, inputs, coeffs, initial, dim: int, reverse: bool, cu_seqlens):
+    """`scan(inputs, coeffs, initial, dim, reverse)` over each segment of cu_seqlens (see above).
+    inputs and coeffs come as _args.normalize gives them; initial from segment_initial."""
+    length = inputs.shape[dim]
+    starts, ends = cu_seqlens[:-1].long(), cu_seqlens[1:].long()
+    first = ends - 1 if reverse else starts
+    # An empty segment has no first step: its index points at a scratch slot past the end.
+    first = torch.where(ends > starts, first, length)
+    cut = torch.zeros(length + 1, dtype=torch.bool, device=inputs.device).index_fill_(0, first, True)
+    shape = [1] * inputs.dim()
+    shape[dim] = length
+    cut = cut[:length].view(shape)
+    cut_coeffs = torch.where(cut, torch.zeros((), dtype=coeffs.dtype, device=coeffs.device), coeffs)
+    if initial is not None:
+        padded = list(inputs.shape)
+        padded[dim] = length + 1
+        entering = initial.new_zeros(padded).index_add(dim, first, initial).narrow(dim, 0, length)
+        inputs = inputs + (coeffs * entering).to(inputs.dtype)
+    return scan(inputs, cut_coeffs, None, dim, reverse)
+
