@@ -22,8 +22,7 @@ from ._args import normalize
 from ._backend import C_CUDA as _C_cuda
 from ._backend import HAS_CUDA_KERNELS as _HAS_CUDA_KERNELS
 from ._backend import NO_CUDA_KERNELS as _NO_CUDA_KERNELS
-from ._backend import scan_real
-from ._complex import linrec_complex
+from ._dispatch import scan_normalized
 from ._registry import FAMILIES
 from ._segments import check_cu_seqlens, exp_coeffs, scan_segments, segment_initial
 from ._version import __version__
@@ -119,12 +118,5 @@ def linrec(inputs, coeffs, reverse=False, *, dim=-1, initial=None, log_coeffs=Fa
         inputs, coeffs, _, dim = normalize(inputs, coeffs, None, dim, reverse, complex_ok=True)
         check_cu_seqlens(cu_seqlens, inputs, dim)
         initial = segment_initial(initial, inputs, dim, cu_seqlens.shape[0] - 1)
-        return scan_segments(_scan, inputs, coeffs, initial, dim, bool(reverse), cu_seqlens)
-    return _scan(*normalize(inputs, coeffs, initial, dim, reverse, complex_ok=True), reverse)
-
-
-def _scan(inputs, coeffs, initial, dim, reverse):
-    """linrec on arguments normalized by _args.normalize: complex or real, where they run."""
-    if inputs.is_complex():
-        return linrec_complex(inputs, coeffs, initial, dim, reverse)
-    return scan_real(inputs, coeffs, initial, dim, reverse)
+        return scan_segments(scan_normalized, inputs, coeffs, initial, dim, bool(reverse), cu_seqlens)
+    return scan_normalized(*normalize(inputs, coeffs, initial, dim, reverse, complex_ok=True), reverse)

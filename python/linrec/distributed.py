@@ -1,0 +1,179 @@
+"""Sequence parallelism: one long sequence sharded along its length over the ranks of a group.
+
+Each rank holds one contiguous shard of the sequence along `dim`, in rank order (the scan
+runs from the last rank's end with reverse=True); shards may differ in length, and a shard
+may be empty. A shard maps the state entering it to the state leaving it affinely:
+
+    leaving = A * entering + B,   A = prod(c over the shard),   B = the shard's scan from 0
+
+so the exchange is one all_gather of (A, B), two tensors of the state's shape a rank. Each
+rank folds the pairs of the ranks before it (from `initial`) into its entering state and
+scans its shard from there with the local kernels. The backward is the same recurrence run
+the other way: the gradient entering a shard from its end is folded from the later ranks'
+(conj(A), B') pairs, where B' is the shard's outgoing gradient with none entering, and a
+second local pass scans from it.
+
+Cost a call, each rank: forward two local scans and a product over the coefficients, backward
+two local backward scans; the exchanges move O(world * state) elements. A fused pass that
+gives (A, B) without writing the first scan would save a third of that.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from ._args import normalize
+from ._autograd import backward_by_scans
+from ._dispatch import scan_normalized
+from ._segments import exp_coeffs
+
+_DTYPE_CODES = {dtype: code for code, dtype in enumerate(
+    (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64, torch.complex128))}
+_MAX_DIMS = 8  # the shape check's fixed width
+
+
+def linrec(inputs, coeffs, reverse=False, *, dim=-1, initial=None, log_coeffs=False, group=None):
+    """linrec.linrec over a sequence sharded along `dim` across the ranks of `group`.
+
+    Args:
+        inputs, coeffs, reverse, dim, log_coeffs: as linrec.linrec, for this rank's shard; every
+            rank passes tensors of the same dtype and the same shape but for `dim`.
+        initial: the state before the sequence's first step (rank 0's first; the last rank's
+            last with reverse), passed on every rank. Its gradient is the gradient of the sum of
+            all ranks' losses, the same on every rank (as DistributedDataParallel expects of a
+            replicated tensor).
+        group: a torch.distributed process group (None: the default group), or a one-dimensional
+            DeviceMesh.
+
+    Returns:
+        This rank's shard of the outputs, differentiable in inputs, coeffs and initial (first
+        order). NCCL needs CUDA tensors; gloo takes CPU tensors.
+
+    Raises:
+        ValueError, on every rank: shapes or dtypes that differ across ranks, or the arguments
+        linrec.linrec refuses.
+    """
+    group = _process_group(group)
+    if log_coeffs is not False:
+        if log_coeffs is not True:
+            raise ValueError(f"linrec: log_coeffs must be a bool, got {log_coeffs!r}")
+        coeffs = exp_coeffs(coeffs)
+    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse, complex_ok=True)
+    _check_same_on_every_rank(inputs, coeffs, initial, dim, bool(reverse), group)
+    return _ShardedScan.apply(inputs, coeffs, initial, dim, bool(reverse), group)
+
+
+def _process_group(group):
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError("linrec.distributed: torch.distributed is not initialized (init_process_group)")
+    if group is not None and hasattr(group, "get_group"):  # a DeviceMesh
+        if group.ndim != 1:
+            raise ValueError("linrec.distributed: group must be a one-dimensional DeviceMesh (take a mesh "
+                             "dimension: mesh['seq'])")
+        return group.get_group()
+    return group
+
+
+def _comm_device(t: torch.Tensor, group) -> torch.device:
+    """Where the group's collectives take tensors: CUDA for NCCL, the tensor's own device else."""
+    if dist.get_backend(group) == "nccl":
+        if not t.is_cuda:
+            raise ValueError("linrec.distributed: a NCCL group takes CUDA tensors; use gloo for CPU tensors")
+    return t.device
+
+
+def _gather(t: torch.Tensor, group) -> list[torch.Tensor]:
+    out = [torch.empty_like(t) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(out, t.contiguous(), group=group)
+    return out
+
+
+def _check_same_on_every_rank(inputs, coeffs, initial, dim, reverse, group) -> None:
+    """One fixed-size all_gather of each rank's dtypes and shape: a mismatch raises the same
+    ValueError on every rank, where the exchange of mismatched states would hang or fail."""
+    if inputs.dim() > _MAX_DIMS:
+        raise ValueError(f"linrec.distributed: inputs has {inputs.dim()} dimensions; at most {_MAX_DIMS}")
+    shape = [s if d != dim else -1 for d, s in enumerate(inputs.shape)] + [-2] * (_MAX_DIMS - inputs.dim())
+    meta = [inputs.dim(), dim, _DTYPE_CODES[inputs.dtype], _DTYPE_CODES[coeffs.dtype], int(initial is not None),
+            int(reverse), *shape]
+    mine = torch.tensor(meta, dtype=torch.int64, device=_comm_device(inputs, group))
+    everyone = _gather(mine, group)
+    if any(not torch.equal(mine, other) for other in everyone):
+        rows = "; ".join(f"rank {rank}: {other.tolist()}" for rank, other in enumerate(everyone))
+        raise ValueError("linrec.distributed: the ranks' arguments differ in dimensions, dim, dtypes, initial, "
+                         f"reverse or shape (all but dim must match): [ndim, dim, dtype, coeffs dtype, initial, "
+                         f"reverse, shape...] {rows}")
+
+
+def _fold(pairs, start):
+    """start through the affine maps state -> a * state + b of `pairs`, in order."""
+    state = start
+    for a, b in pairs:
+        state = a * state + b
+    return state
+
+
+def _ranks_in_scan_order(group, reverse):
+    ranks = list(range(dist.get_world_size(group)))
+    return ranks[::-1] if reverse else ranks
+
+
+class _ShardedScan(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, inputs, coeffs, initial, dim, reverse, group):
+        state_shape = inputs.shape[:dim] + inputs.shape[dim + 1:]
+        exchange = torch.promote_types(coeffs.dtype, torch.float32)  # 16-bit states travel in float32
+        length = inputs.shape[dim]
+        if length:
+            last = 0 if reverse else length - 1
+            leaving = scan_normalized(inputs, coeffs, None, dim, reverse).select(dim, last).to(exchange)
+            product = coeffs.to(exchange).prod(dim)
+        else:
+            leaving = torch.zeros(state_shape, dtype=exchange, device=inputs.device)
+            product = torch.ones(state_shape, dtype=exchange, device=inputs.device)
+        pairs = _gather(torch.stack([product, leaving]), group)
+        order = _ranks_in_scan_order(group, reverse)
+        me = order.index(dist.get_rank(group))
+        start = initial.to(exchange) if initial is not None else torch.zeros_like(leaving)
+        entering = _fold([(p[0], p[1]) for p in (pairs[r] for r in order[:me])], start)
+        entering = entering.to(inputs.dtype)
+        outputs = scan_normalized(inputs, coeffs, entering, dim, reverse)
+        ctx.save_for_backward(coeffs, outputs, entering)
+        ctx.products = [pairs[r][0] for r in order]  # in scan order
+        ctx.order, ctx.me, ctx.dim, ctx.reverse, ctx.group = order, me, dim, reverse, group
+        ctx.has_initial, ctx.exchange = initial is not None, exchange
+        return outputs
+
+    @staticmethod
+    def backward(ctx, d_outputs):
+        coeffs, outputs, entering = ctx.saved_tensors
+        dim, reverse, group, me = ctx.dim, ctx.reverse, ctx.group, ctx.me
+        length = outputs.shape[dim]
+
+        def local(grad):
+            """(d_inputs, d_coeffs, outgoing gradient) of this shard for incoming `grad`."""
+            return backward_by_scans(lambda x, c, d, r: scan_normalized(x, c, None, d, r), grad, coeffs, outputs,
+                                     entering, dim, reverse)
+
+        if length:
+            _, _, outgoing = local(d_outputs)
+            outgoing = outgoing.to(ctx.exchange)
+        else:
+            outgoing = torch.zeros(entering.shape, dtype=ctx.exchange, device=entering.device)
+        gathered = _gather(outgoing, group)
+        later = [(a.conj(), gathered[r]) for a, r in zip(ctx.products, ctx.order)]  # in scan order
+        # The gradient entering this shard from its end: the later ranks' maps, from the sequence's end.
+        incoming = _fold(reversed(later[me + 1:]), torch.zeros_like(outgoing))
+        d_initial = _fold(reversed(later), torch.zeros_like(outgoing)).to(entering.dtype) if ctx.has_initial else None
+        if not length:
+            return torch.zeros_like(outputs), torch.zeros_like(coeffs), d_initial, None, None, None
+        # The incoming gradient adds to the last step's (in scan order): the recurrence is linear in it.
+        last = 0 if reverse else length - 1
+        grad = d_outputs.clone()
+        grad.select(dim, last).add_(incoming.to(grad.dtype))
+        d_inputs, d_coeffs, _ = local(grad)
+        return d_inputs, d_coeffs, d_initial, None, None, None
+
+
+__all__ = ["linrec"]
