@@ -81,7 +81,7 @@ def _final(states: torch.Tensor, time: int, entering: torch.Tensor | None) -> to
     return entering if entering is not None else states.new_zeros(states.shape[1 - time], states.shape[-1])
 
 
-def _gilr_states(proj: nn.Linear, activation: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
+def _gilr_states(proj: nn.Module, activation: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
                  h0: torch.Tensor | None, time: int) -> torch.Tensor:
     """One GILR layer's states h at every step: proj holds [U; V] and [b_g; b_i]."""
     gate_pre, impulse_pre = proj(x).chunk(2, dim=-1)
@@ -108,7 +108,8 @@ class GILR(nn.Module):
     """
 
     def __init__(self, input_size: int, hidden_size: int, batch_first: bool = False,
-                 activation: Callable[[torch.Tensor], torch.Tensor] = torch.tanh, device=None, dtype=None, *,
+                 activation: Callable[[torch.Tensor], torch.Tensor] = torch.tanh,
+                 device: torch.device | str | int | None = None, dtype: torch.dtype | None = None, *,
                  num_layers: int = 1):
         super().__init__()
         _check_num_layers(num_layers)
@@ -173,7 +174,8 @@ class LSLSTM(nn.Module):
     """
 
     def __init__(self, input_size: int, hidden_size: int, batch_first: bool = False,
-                 activation: Callable[[torch.Tensor], torch.Tensor] = torch.tanh, device=None, dtype=None, *,
+                 activation: Callable[[torch.Tensor], torch.Tensor] = torch.tanh,
+                 device: torch.device | str | int | None = None, dtype: torch.dtype | None = None, *,
                  num_layers: int = 1):
         super().__init__()
         _check_num_layers(num_layers)
@@ -195,7 +197,7 @@ class LSLSTM(nn.Module):
         for name, t in zip(("h0", "c0", "surrogate0"), state):
             _check_state(name, t, self.num_layers, x.shape[1 - time], self.hidden_size)
         h0, c0, s0 = state
-        finals = ([], [], [])
+        finals: tuple[list[torch.Tensor], ...] = ([], [], [])
         for k, layer in enumerate(self.layers):
             x, c, surrogate = layer(x, _layer(c0, k), _layer(s0, k), time, self.activation)
             for final, states, entering in zip(finals, (x, c, surrogate), (h0, c0, s0)):
