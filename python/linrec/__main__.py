@@ -8,7 +8,6 @@ the device's copy bandwidth; without one it uses the CPU kernel.
 from __future__ import annotations
 
 import json
-import sys
 from typing import Sequence
 
 import torch
