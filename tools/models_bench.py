@@ -61,7 +61,8 @@ def time_layers(rows, hidden, shapes, dtype, tf32):
                 "linrec LSLSTM, torch.compile": torch.compile(lslstm),
             }
             for name, layer in layers.items():
-                run = (lambda layer=layer: layer(x)[0]) if name != "linrec GILR" else (lambda layer=layer: layer(x))
+                def run(layer=layer):
+                    return layer(x)[0]
                 with torch.no_grad():
                     fwd = eager_ms(run)
                 both = eager_ms(fwd_bwd(run), reps=10, inner=3)

@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 try:
@@ -31,7 +33,7 @@ from ._version import __version__
 __all__ = ["linrec", "build_info", "compiled_configs", "__version__"]
 
 
-def build_info() -> dict:
+def build_info() -> dict[str, Any]:
     """What this installed build contains: version, backends, CUDA version and archs, kernel configs."""
     info = {"version": __version__, "cuda": _HAS_CUDA_KERNELS, **_C.build_info()}
     if not _HAS_CUDA_KERNELS:
@@ -73,7 +75,9 @@ def compiled_configs(kernel: str = "tile", dtype: torch.dtype | None = None) -> 
     except ValueError:
         return []  # a dtype no storage type uses
 
-def linrec(inputs, coeffs, reverse=False, *, dim=-1, initial=None, log_coeffs=False, cu_seqlens=None):
+def linrec(inputs: torch.Tensor, coeffs: torch.Tensor | float | complex, reverse: bool = False, *, dim: int = -1,
+           initial: torch.Tensor | float | complex | None = None, log_coeffs: bool = False,
+           cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
     """The linear recurrence y[l] = coeffs[l] * y[l-1] + inputs[l] along `dim`.
 
     Args:

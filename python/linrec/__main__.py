@@ -7,14 +7,13 @@ the device's copy bandwidth; without one it uses the CPU kernel.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import sys
+from typing import Sequence
 
 import torch
 
 import linrec
+from linrec import _cli
 from linrec._timing import copy_bandwidth_gbs, device_ms
 from linrec.impl.python import linrec_hop
 
@@ -32,11 +31,16 @@ def rel_error(out, ref):
     return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m linrec", description=__doc__.splitlines()[0])
-    parser.add_argument("--info", action="store_true", help="print the build's contents and exit")
-    parser.add_argument("--seqs", type=int, default=None, help="number of sequences")
-    parser.add_argument("--length", type=int, default=None, help="sequence length")
+PROG = "python -m linrec"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _cli.parser(PROG, __doc__)
+    parser.add_argument("--info", action="store_true", help="print the build's contents (JSON) and exit")
+    parser.add_argument("--seqs", type=_cli.positive_int, default=None,
+                        help="number of sequences (default: #SMs x 100 on a GPU, 256 on the CPU)")
+    parser.add_argument("--length", type=_cli.positive_int, default=None,
+                        help="sequence length (default: 4096 on a GPU, 2048 on the CPU)")
     args = parser.parse_args(argv)
     if args.info:
         print(json.dumps(linrec.build_info(), indent=2))
@@ -58,8 +62,7 @@ def main(argv=None):
     err = rel_error(y[check], ref)
     print(f"relative error against the float64 reference: {err:.2e}")
     if not err < 1e-5:
-        print("FAILED: error above 1e-5")
-        return 1
+        return _cli.fail(PROG, f"relative error {err:.2e} is above 1e-5")
 
     rows = []
     nbytes_fwd = 3 * x.numel() * x.element_size()
@@ -78,19 +81,5 @@ def main(argv=None):
     return 0
 
 
-def run():
-    """main(), where a reader that stops early (`python -m linrec --info | head -4`)
-    ends the output quietly instead of with a BrokenPipeError traceback."""
-    try:
-        code = main()
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # The interpreter flushes stdout again at exit; aim it at devnull so that
-        # flush does not fail on the closed pipe too.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        code = 0
-    return code
-
-
 if __name__ == "__main__":
-    raise SystemExit(run())
+    raise SystemExit(_cli.run(main))

@@ -121,7 +121,8 @@ def state_shape(shape: torch.Size, dim: int) -> torch.Size:
     return shape[:dim] + shape[dim + 1 :]
 
 
-def normalize(inputs, coeffs, initial, dim: int, reverse=False, complex_ok=False):
+def normalize(inputs, coeffs, initial, dim: int, reverse=False,
+              complex_ok=False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, int]:
     """Check the arguments of linrec and bring them into the form every implementation takes.
 
     Returns (inputs, coeffs, initial, dim) with coeffs expanded to inputs.shape, initial

@@ -16,25 +16,35 @@ time (the calls replayed from a CUDA graph: no Python or launch overhead); the
 eager time per call, with the host running ahead, is reported beside it
 (column `eager`). The calls cycle through copies of the inputs, enough that one
 pass moves at least twice the L2 cache: every case, short ones too, runs from DRAM.
-Writes JSON and a PNG plot (when matplotlib is importable).
+Prints a table; writes the rows as JSON with --json PATH, and plots the grid cases with
+--png PATH (needs matplotlib). Needs a CUDA device.
 """
 
 from __future__ import annotations
 
-import argparse
 import collections
 import itertools
 import json
+import sys
+from typing import Sequence
 
 import torch
 
 import linrec
+from linrec import _cli
+from linrec._registry import STORAGES
 from linrec._timing import copy_bandwidth_gbs, device_ms, eager_ms
 
 GRID_LENGTHS = [2**k for k in range(4, 17)]
+# --dtypes: the real storage types, mixed ones as "values+coeffs".
+DTYPES = [s.values if s.values == s.coeffs else f"{s.values}+{s.coeffs}" for s in STORAGES.values()
+          if not s.values.startswith("complex")]
+IMPLS = ["linrec", "triton.pipe", "linrec_hop", "accelerated_scan"]  # those implementations() may find
+PROG = "python -m linrec.bench"
 
 
 def implementations():
+    """The implementations importable here, by their --impls names."""
     impls = {"linrec": linrec.linrec}
     try:
         from linrec.impl import triton as tr
@@ -112,11 +122,12 @@ def parse_storage(name: str):
     return getattr(torch, values), getattr(torch, coeffs or values)
 
 
-def run(dtypes, reps, max_hop_elems, only, impl_names=None):
+def run(dtypes, reps, max_hop_elems, only, impls):
+    """(copy bandwidth, rows): every case of `dtypes` whose name contains `only`, for `impls`
+    (name -> function) and the baselines."""
     props = torch.cuda.get_device_properties(0)
     sms, l2_bytes = props.multi_processor_count, props.L2_cache_size
     copy = copy_bandwidth_gbs()
-    impls = {k: v for k, v in implementations().items() if not impl_names or k in impl_names}
     # The first figure a process times is an outlier: on the H100 the first torch.add of 13200 x 16
     # fp32 took 2.35-2.49 µs a call in six processes, every later one 2.70-2.81 (linrec timed
     # first in a later case: no outlier). One figure, discarded, before the first case.
@@ -195,12 +206,12 @@ def plot(rows, copy, path):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib is not importable: no plot")
+        print(f"{PROG}: warning: matplotlib is not importable: no plot", file=sys.stderr)
         return
     grid = [r for r in rows if r["case"].startswith("grid")]
     panels = sorted({(r["dtype"], r["backward"]) for r in grid})
     if not panels:
-        print("no grid cases ran: no plot")
+        print(f"{PROG}: warning: no grid cases ran: no plot", file=sys.stderr)
         return
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
     for ax, (dtype, backward) in zip(axes[0], panels):
@@ -221,25 +232,39 @@ def plot(rows, copy, path):
     print(f"plot: {path}")
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m linrec.bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
-    parser.add_argument("--reps", type=int, default=20)
-    parser.add_argument("--max-hop-elems", type=int, default=2**24, help="skip linrec_hop above this size")
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _cli.parser(PROG, __doc__)
+    parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=DTYPES, metavar="DTYPE",
+                        help=f"storage types, mixed ones as values+coeffs: {', '.join(DTYPES)} "
+                             "(default: float32 bfloat16)")
+    parser.add_argument("--reps", type=_cli.positive_int, default=20, help="samples per figure (default: 20)")
+    parser.add_argument("--max-hop-elems", type=_cli.positive_int, default=2**24,
+                        help="skip linrec_hop above this size (default: 2^24)")
     parser.add_argument("--only", default="", help="run the cases whose name contains this")
-    parser.add_argument("--impls", nargs="+", default=None,
-                        help="time only these implementations (the torch baselines always run)")
-    parser.add_argument("--json", default="bench.json")
-    parser.add_argument("--png", default="bench.png")
+    parser.add_argument("--impls", nargs="+", default=None, choices=IMPLS, metavar="IMPL",
+                        help=f"time only these of {', '.join(IMPLS)} (default: those importable; "
+                             "the torch baselines always run)")
+    parser.add_argument("--json", metavar="PATH", help="write the rows to this JSON file")
+    parser.add_argument("--png", metavar="PATH", help="plot the grid cases into this PNG file (needs matplotlib)")
     args = parser.parse_args(argv)
-    copy, rows = run(args.dtypes, args.reps, args.max_hop_elems, args.only, args.impls)
+    reason = _cli.cuda_unavailable(compiled_kernels=False)
+    if reason:
+        return _cli.fail(PROG, reason)
+    found = implementations()
+    missing = [name for name in args.impls or () if name not in found]
+    if missing:
+        return _cli.fail(PROG, f"not importable here: {', '.join(missing)}")
+    impls = {k: v for k, v in found.items() if not args.impls or k in args.impls}
+    copy, rows = run(args.dtypes, args.reps, args.max_hop_elems, args.only, impls)
     print(f"device: {torch.cuda.get_device_name()}, copy bandwidth {copy:.0f} GB/s (read + write)")
     print_table(rows)
-    with open(args.json, "w") as f:
-        json.dump(dict(device=torch.cuda.get_device_name(), copy_gbs=copy, rows=rows), f, indent=1)
-    plot(rows, copy, args.png)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(device=torch.cuda.get_device_name(), copy_gbs=copy, rows=rows), f, indent=1)
+    if args.png:
+        plot(rows, copy, args.png)
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(_cli.run(main))

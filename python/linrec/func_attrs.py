@@ -1,17 +1,21 @@
 """python -m linrec.func_attrs: registers, spills and shared memory of every compiled kernel.
 
 Read through cudaFuncGetAttributes. `local` is the per-thread local memory:
-anything above zero means the kernel spills registers.
+anything above zero means the kernel spills registers. Prints a table; --json PATH also writes
+the rows. Needs a CUDA device and linrec's compiled CUDA kernels.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
+from typing import Sequence
 
 import linrec
 
+from . import _cli
 from ._registry import FAMILIES, STORAGES
+
+PROG = "python -m linrec.func_attrs"
 
 # The aligned-rows kernels (csrc/kernels/primitives/rows.cuh), launched instead of the general
 # kernel when every tensor's rows are unit-stride and aligned: reported as "<family>_rows"
@@ -38,13 +42,13 @@ def collect():
     return rows
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m linrec.func_attrs", description=__doc__.splitlines()[0])
-    parser.add_argument("--json", help="also write the rows to this file")
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _cli.parser(PROG, __doc__)
+    parser.add_argument("--json", metavar="PATH", help="also write the rows to this JSON file")
     args = parser.parse_args(argv)
-    if not linrec.build_info()["cuda"]:
-        print("this build has no CUDA kernels")
-        return 1
+    reason = _cli.cuda_unavailable(compiled_kernels=True)
+    if reason:
+        return _cli.fail(PROG, reason)
     rows = collect()
     print(f"{'kernel':<17}{'dir':<5}{'storage':<10}{'config (E, T, mem, algo)':<26}{'regs':>6}{'local':>7}{'shared':>8}")
     for r in rows:
@@ -59,4 +63,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(_cli.run(main))

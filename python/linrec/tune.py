@@ -5,17 +5,20 @@ error against the float64 CPU kernel on a few sequences, then times (device
 time) forward and fused backward with #SMs * 100 sequences (fewer if that would
 not fit --max-elems; --seqs sets it). The strided kernel runs on the transposed,
 channel-last layout. It prints
-the best config per length, as the blog's tables do, and writes all rows as JSON.
+the best config per length, as the blog's tables do, and with --json PATH writes all rows as JSON.
+It exits with status 1 when a run's error is above its dtype's bound. Needs a CUDA device and
+linrec's compiled CUDA kernels.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
+from typing import Sequence
 
 import torch
 
 import linrec
+from linrec import _cli
 from linrec._registry import FAMILIES
 from linrec._timing import device_ms
 from linrec.impl import cuda
@@ -27,6 +30,7 @@ KERNELS = {name: family.id for name, family in FAMILIES.items() if family.has_co
 # Largest relative error against the float64 reference that counts as correct:
 # 16-bit storage rounds every output (bf16 keeps 8 bits of mantissa).
 MAX_ERROR = {"float32": 1e-4, "float64": 1e-10, "float16": 1e-2, "bfloat16": 1e-2}
+PROG = "python -m linrec.tune"
 
 
 def rel_error(out, ref):
@@ -49,7 +53,7 @@ def tune(kernels, lengths, dtype, max_elems, reps, seqs=None):
             strided = kernel == "strided"
             dim = 0 if strided else -1
             xk, ck, dyk = (t.t().contiguous() if strided else t for t in (x, c, dy))
-            for config in linrec.compiled_configs(kernel):
+            for config in linrec.compiled_configs(kernel, dtype):
                 e, t, m, a = config
                 if (kernel == "tile" and e * t < length) or (kernel == "packed" and 32 * e < length):
                     continue
@@ -77,34 +81,47 @@ def best_table(rows, kernel, key, max_error):
     return out
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m linrec.tune", description=__doc__.splitlines()[0])
-    parser.add_argument("--kernels", nargs="+", default=["tile", "pipe"], choices=list(KERNELS))
-    parser.add_argument("--lengths", nargs="+", type=int, default=DEFAULT_LENGTHS)
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"])
-    parser.add_argument("--max-elems", type=int, default=2**27)
-    parser.add_argument("--seqs", type=int, default=None, help="sequences per length (default: fill --max-elems)")
-    parser.add_argument("--reps", type=int, default=20)
-    parser.add_argument("--json", default="tune.json")
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _cli.parser(PROG, __doc__)
+    parser.add_argument("--kernels", nargs="+", default=["tile", "pipe"], choices=list(KERNELS), metavar="KERNEL",
+                        help=f"kernel families to time: {', '.join(KERNELS)} (default: tile pipe)")
+    parser.add_argument("--lengths", nargs="+", type=_cli.positive_int, default=DEFAULT_LENGTHS, metavar="LENGTH",
+                        help=f"sequence lengths (default: {' '.join(map(str, DEFAULT_LENGTHS))})")
+    parser.add_argument("--dtype", default="float32", choices=list(MAX_ERROR), help="storage (default: float32)")
+    parser.add_argument("--max-elems", type=_cli.positive_int, default=2**27,
+                        help="elements per length at most (default: 2^27)")
+    parser.add_argument("--seqs", type=_cli.positive_int, default=None,
+                        help="sequences per length (default: fill --max-elems)")
+    parser.add_argument("--reps", type=_cli.positive_int, default=20, help="samples per figure (default: 20)")
+    parser.add_argument("--json", metavar="PATH", help="write every run to this JSON file")
     parser.add_argument("--all", action="store_true", help="also print every run, not only the best per length")
     args = parser.parse_args(argv)
+    reason = _cli.cuda_unavailable(compiled_kernels=True)
+    if reason:
+        return _cli.fail(PROG, reason)
     rows = tune(args.kernels, args.lengths, getattr(torch, args.dtype), args.max_elems, args.reps, args.seqs)
     print(f"device: {torch.cuda.get_device_name()}, dtype {args.dtype}")
     if args.all:
         print("kernel    length    seqs  fwd GB/s  bwd GB/s  config (E, T, memcode, algocode)")
         for r in rows:
             print(f"{r['kernel']:<8} {r['length']:>8} {r['seqs']:>6} {r['fwd_gbs']:>9.0f} {r['bwd_gbs']:>9.0f}  {r['config']}")
+    max_error = MAX_ERROR[args.dtype]
     for kernel in args.kernels:
         for key in ("fwd", "bwd"):
             print(f"\nbest linrec_{kernel} {key}: length, GB/s, config (E, T, memcode, algocode)")
-            for length, gbs, config in best_table(rows, kernel, key, MAX_ERROR[args.dtype]):
+            for length, gbs, config in best_table(rows, kernel, key, max_error):
                 print(f"  {length:>8} {gbs:>8.0f}  {config}")
-    bad = [r for r in rows if not r["error"] < MAX_ERROR[args.dtype]]
-    print(f"\n{len(rows)} runs, {len(bad)} with error above {MAX_ERROR[args.dtype]:g}")
-    with open(args.json, "w") as f:
-        json.dump(dict(device=torch.cuda.get_device_name(), dtype=args.dtype, rows=rows), f, indent=1)
+    bad = [r for r in rows if not r["error"] < max_error]
+    print(f"\n{len(rows)} runs, {len(bad)} with error above {max_error:g}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(device=torch.cuda.get_device_name(), dtype=args.dtype, rows=rows), f, indent=1)
+    if bad:
+        worst = ", ".join(f"{r['kernel']} L={r['length']} {r['config']}: {r['error']:.1e}" for r in bad[:5])
+        return _cli.fail(PROG, f"{len(bad)} of {len(rows)} runs with error above {max_error:g} "
+                               f"({worst}{', ...' if len(bad) > 5 else ''})")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(_cli.run(main))

@@ -12,6 +12,7 @@ Families:
 from __future__ import annotations
 
 import functools
+from typing import Callable
 
 import torch
 
@@ -56,11 +57,12 @@ def _check_config(kernel, inputs, dim, config):
         )
 
 
-def _family_function(kernel, family):
+def _family_function(kernel: str, family) -> Callable[..., torch.Tensor]:
     """linrec_<kernel>: checks its arguments and its config, then runs the family's compiled kernel."""
     complex_ok = kernel in _COMPLEX_FAMILIES
 
-    def run(inputs, coeffs, reverse=False, *, dim=-1, initial=None, **config):
+    def run(inputs: torch.Tensor, coeffs: torch.Tensor | float | complex, reverse: bool = False, *, dim: int = -1,
+            initial: torch.Tensor | float | complex | None = None, **config: int) -> torch.Tensor:
         inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse, complex_ok=complex_ok)
         _check_cuda(inputs)
         if not family.has_configs:

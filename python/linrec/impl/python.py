@@ -30,7 +30,8 @@ def _empty_result(inputs, coeffs):
     return (inputs * coeffs).to(inputs.dtype)
 
 
-def linrec_ref(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
+def linrec_ref(inputs: torch.Tensor, coeffs: torch.Tensor | float | complex, reverse: bool = False, *, dim: int = -1,
+               initial: torch.Tensor | float | complex | None = None) -> torch.Tensor:
     """y[l] = coeffs[l] * y[l-1] + inputs[l] along dim, one step at a time (complex too), in
     float32 for 16-bit storage; the outputs are in inputs' dtype. Non-finite values propagate as
     IEEE arithmetic does in this loop."""
@@ -41,7 +42,7 @@ def linrec_ref(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
     x, c = x.movedim(dim, -1), c.movedim(dim, -1)
     state = torch.zeros_like(x[..., 0]) if initial is None else initial
     steps = range(x.shape[-1] - 1, -1, -1) if reverse else range(x.shape[-1])
-    outputs = [None] * x.shape[-1]
+    outputs: list = [None] * x.shape[-1]
     for l in steps:
         state = c[..., l] * state + x[..., l]
         outputs[l] = state
@@ -92,7 +93,8 @@ class _HopScan(torch.autograd.Function):
         return *backward_by_scans(scan, dy, c, y, initial, ctx.dim, ctx.reverse), None, None
 
 
-def linrec_hop(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
+def linrec_hop(inputs: torch.Tensor, coeffs: torch.Tensor | float, reverse: bool = False, *, dim: int = -1,
+               initial: torch.Tensor | float | None = None) -> torch.Tensor:
     """linrec with torch._higher_order_ops.associative_scan for the forward and backward scans.
 
     With an infinite coefficient it runs linrec_ref's loop instead: the scan regroups

@@ -242,7 +242,8 @@ def _backward(ctx, d_outputs):
 triton_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
-def linrec_tile(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
+def linrec_tile(inputs: torch.Tensor, coeffs: torch.Tensor | float, reverse: bool = False, *, dim: int = -1,
+                initial: torch.Tensor | float | None = None) -> torch.Tensor:
     """linrec with one Triton program per sequence, the whole sequence in one block (<= MAX_TILE)."""
     inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse)
     _check_tile_length(inputs.shape[dim])
@@ -250,7 +251,8 @@ def linrec_tile(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
     return triton_fwd(inputs, coeffs, initial, dim, bool(reverse), False)
 
 
-def linrec_pipe(inputs, coeffs, reverse=False, *, dim=-1, initial=None):
+def linrec_pipe(inputs: torch.Tensor, coeffs: torch.Tensor | float, reverse: bool = False, *, dim: int = -1,
+                initial: torch.Tensor | float | None = None) -> torch.Tensor:
     """linrec with one Triton program per sequence, walking it in blocks with a carry: any length."""
     inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse)
     refuse_torch_func("linrec.impl.triton")

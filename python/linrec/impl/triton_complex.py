@@ -238,12 +238,14 @@ def _real(t: torch.Tensor | None) -> torch.Tensor | None:
     return None if t is None else torch.view_as_real(t.resolve_conj())
 
 
-def complex_fwd(inputs, coeffs, initial, dim: int, reverse: bool) -> torch.Tensor:
+def complex_fwd(inputs: torch.Tensor, coeffs: torch.Tensor, initial: torch.Tensor | None, dim: int,
+                reverse: bool) -> torch.Tensor:
     """triton_complex_fwd on complex tensors."""
     return torch.view_as_complex(triton_complex_fwd(_real(inputs), _real(coeffs), _real(initial), dim, reverse))
 
 
-def complex_bwd(d_outputs, coeffs, outputs, initial, dim: int, reverse: bool):
+def complex_bwd(d_outputs: torch.Tensor, coeffs: torch.Tensor, outputs: torch.Tensor, initial: torch.Tensor | None,
+                dim: int, reverse: bool) -> tuple[torch.Tensor, ...]:
     """triton_complex_bwd on complex tensors: (d_inputs, d_coeffs, d_initial)."""
     grads = triton_complex_bwd(_real(d_outputs), _real(coeffs), _real(outputs), _real(initial), dim, reverse)
     return tuple(torch.view_as_complex(g) for g in grads)

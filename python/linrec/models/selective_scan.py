@@ -84,8 +84,11 @@ def _state_chunk(state_chunk, batch, channels, states, length):
     return math.ceil(states / chunks)
 
 
-def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
-                   return_last_state=False, *, state_chunk=None, recompute=True):
+def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                   D: torch.Tensor | None = None, z: torch.Tensor | None = None,
+                   delta_bias: torch.Tensor | None = None, delta_softplus: bool = False,
+                   return_last_state: bool = False, *, state_chunk: int | None = None,
+                   recompute: bool = True) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The selective scan of Mamba (S6), with the arguments of mamba_ssm's selective_scan_fn.
 
     Args:
@@ -114,6 +117,7 @@ def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_sof
     if not isinstance(u, torch.Tensor) or u.dim() != 3:
         raise ValueError("linrec: u must be a (batch, channels, length) tensor")
     batch, channels, length = u.shape
+    t: torch.Tensor | None
     for name, t in (("A", A), ("B", B), ("C", C)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"linrec: {name} must be a tensor, got {type(t).__name__}")
