@@ -73,3 +73,16 @@ def test_check_floors_verdicts():
         ("4 x 2^22", "bfloat16", False): True,
         ("4 x 2^22", "float32", False): False,
     }
+
+
+def test_packed_benchmark_segments():
+    """The --options cases' packings: 32768 tokens, log-uniform lengths in 64..8192 (the last cut
+    short), and 3 long segments beside 2000 short ones."""
+    from linrec.bench import log_uniform_segments, long_and_short_segments
+
+    cu = log_uniform_segments(32768, 64, 8192)
+    lengths = (cu[1:] - cu[:-1]).tolist()
+    assert cu[0] == 0 and cu[-1] == 32768 and all(64 <= n <= 8192 for n in lengths[:-1]) and lengths[-1] > 0
+    cu = long_and_short_segments(32768, 3, 2000)
+    lengths = (cu[1:] - cu[:-1]).tolist()
+    assert len(lengths) == 2003 and cu[-1] == 32768 and lengths[:3] == [8192] * 3 and min(lengths) > 0

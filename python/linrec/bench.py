@@ -25,6 +25,7 @@ from __future__ import annotations
 import collections
 import itertools
 import json
+import math
 import sys
 from typing import Sequence
 
@@ -70,6 +71,42 @@ def cases(sms):
     yield dict(name="1 x 2^24", shape=(1, 2**24), dim=-1, length=2**24)
     yield dict(name="4 x 2^22", shape=(4, 2**22), dim=-1, length=2**22)
     yield dict(name="(8,4096,2048) dim=1", shape=(8, 4096, 2048), dim=1, length=4096)
+
+
+def log_uniform_segments(total, low, high, seed=0):
+    """Segment lengths drawn log-uniformly from [low, high], cut to sum to `total` (as cu_seqlens)."""
+    gen = torch.Generator().manual_seed(seed)
+    bounds = [0]
+    while bounds[-1] < total:
+        draw = math.exp(math.log(low) + (math.log(high) - math.log(low)) * torch.rand((), generator=gen).item())
+        bounds.append(min(total, bounds[-1] + round(draw)))
+    return torch.tensor(bounds, dtype=torch.int32)
+
+
+def long_and_short_segments(total, long, short):
+    """`long` segments of a quarter of `total` each, and `short` ones sharing the rest."""
+    quarter = total // 4
+    lengths = [quarter] * long + [(total - long * quarter) // short] * short
+    lengths[-1] += total - sum(lengths)
+    return torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32)
+
+
+def option_cases(sms):
+    """log_coeffs and cu_seqlens cases (--options), each with its own implementations: fn(x, c, dim)
+    where c holds the log-coefficients for the log case. 32768 tokens of 4096 channels, as in
+    LLM training, packed FLA's way (1, T, D) over dim 1 and as rows (D, T)."""
+    yield dict(name="log 13200 x 4096", shape=(sms * 100, 4096), dim=-1, length=4096, log=True, impls={
+        "linrec log_coeffs": lambda a, b, dim: linrec.linrec(a, b, dim=dim, log_coeffs=True),
+        "torch.exp + linrec": lambda a, b, dim: linrec.linrec(a, b.exp(), dim=dim)})
+    packings = {"log-uniform 64..8192": log_uniform_segments(32768, 64, 8192),
+                "3 long + 2000 short": long_and_short_segments(32768, 3, 2000)}
+    for label, cu in packings.items():
+        for shape, dim in (((1, 32768, 4096), 1), ((4096, 32768), -1)):
+            def packed(a, b, dim, cu=cu.cuda()):
+                return linrec.linrec(a, b, dim=dim, cu_seqlens=cu)
+            layout = "(1,32768,4096) dim=1" if dim == 1 else "(4096,32768)"
+            yield dict(name=f"varlen {label} {layout}", shape=shape, dim=dim, length=32768,
+                       impls={"linrec cu_seqlens": packed, "linrec": lambda a, b, dim: linrec.linrec(a, b, dim=dim)})
 
 
 def copies_past_l2(tensors, traffic, l2_bytes):
@@ -122,9 +159,10 @@ def parse_storage(name: str):
     return getattr(torch, values), getattr(torch, coeffs or values)
 
 
-def run(dtypes, reps, max_hop_elems, only, impls):
+def run(dtypes, reps, max_hop_elems, only, impls, options=False):
     """(copy bandwidth, rows): every case of `dtypes` whose name contains `only`, for `impls`
-    (name -> function) and the baselines."""
+    (name -> function; a case may name its own) and the baselines; with `options` the
+    log_coeffs and cu_seqlens cases too."""
     props = torch.cuda.get_device_properties(0)
     sms, l2_bytes = props.multi_processor_count, props.L2_cache_size
     copy = copy_bandwidth_gbs()
@@ -136,11 +174,14 @@ def run(dtypes, reps, max_hop_elems, only, impls):
     rows = []
     for dtype_name in dtypes:
         values, coeffs = parse_storage(dtype_name)
-        for case in cases(sms):
+        for case in itertools.chain(cases(sms), option_cases(sms) if options else ()):
             if only and only not in case["name"]:
                 continue
+            case_impls = case.get("impls", impls)
             x = torch.randn(case["shape"], device="cuda").to(values)
             c = (torch.rand(case["shape"], device="cuda") * 0.5 + 0.5).to(coeffs)
+            if case.get("log"):
+                c = c.log()
             vb, cb = x.element_size(), c.element_size()
             # Mixed storage: the add writes the inputs' dtype (8 bytes an element, as linrec's
             # forward); the product's fwd+bwd moves more than linrec's (float32 out and d_out).
@@ -157,7 +198,7 @@ def run(dtypes, reps, max_hop_elems, only, impls):
 
             def time_implementations(rnd):
                 for backward in (False, True):
-                    for name, fn in impls.items():
+                    for name, fn in case_impls.items():
                         if name == "linrec_hop" and (x.numel() > max_hop_elems or rnd is again):
                             continue
                         runs.setdefault((backward, name), []).append(
@@ -244,6 +285,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--impls", nargs="+", default=None, choices=IMPLS, metavar="IMPL",
                         help=f"time only these of {', '.join(IMPLS)} (default: those importable; "
                              "the torch baselines always run)")
+    parser.add_argument("--options", action="store_true",
+                        help="also the log_coeffs and cu_seqlens (packed sequences) cases")
     parser.add_argument("--json", metavar="PATH", help="write the rows to this JSON file")
     parser.add_argument("--png", metavar="PATH", help="plot the grid cases into this PNG file (needs matplotlib)")
     args = parser.parse_args(argv)
@@ -255,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing:
         return _cli.fail(PROG, f"not importable here: {', '.join(missing)}")
     impls = {k: v for k, v in found.items() if not args.impls or k in args.impls}
-    copy, rows = run(args.dtypes, args.reps, args.max_hop_elems, args.only, impls)
+    copy, rows = run(args.dtypes, args.reps, args.max_hop_elems, args.only, impls, args.options)
     print(f"device: {torch.cuda.get_device_name()}, copy bandwidth {copy:.0f} GB/s (read + write)")
     print_table(rows)
     if args.json:
