@@ -139,7 +139,7 @@ def fake_bench(monkeypatch, fake_gpu):
     """bench.run replaced: records its arguments, returns fake_bench_rows()."""
     calls = []
 
-    def run(dtypes, reps, max_hop_elems, only, impls):
+    def run(dtypes, reps, max_hop_elems, only, impls, options=False):
         calls.append(dict(dtypes=dtypes, impls=list(impls)))
         return 2000.0, fake_bench_rows()
     monkeypatch.setattr(bench, "run", run)
