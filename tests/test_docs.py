@@ -46,3 +46,11 @@ def test_readme_images_are_absolute():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     for target in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", readme):
         assert target.startswith("https://"), target
+
+
+def test_citation_version_matches_package():
+    """CITATION.cff names the version the package reports."""
+    namespace = {}
+    exec((ROOT / "python" / "linrec" / "_version.py").read_text(encoding="utf-8"), namespace)
+    citation = (ROOT / "CITATION.cff").read_text(encoding="utf-8")
+    assert re.search(r"^version: ([^\s]+)$", citation, re.M).group(1) == namespace["__version__"]
