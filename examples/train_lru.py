@@ -120,14 +120,16 @@ class Model(nn.Module):
         return self.head(self.blocks(self.embed(x))[:, -1]).squeeze(-1)  # read out the last step
 
 
-def train(model_kind: str = "lru", steps: int = 600, size: int = 64, length: int = 64, batch: int = 64,
+def train(model_kind: str = "lru", steps: int = 400, size: int = 32, length: int = 64, batch: int = 64,
           layers: int = 2, lr: float = 1e-2, seed: int = 0, device: str = "cpu") -> list[float]:
     """Train on freshly generated batches; returns the loss of every step."""
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     model = Model(model_kind, size, layers).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, total_steps=steps, pct_start=0.1)
+    # Warm up over the first 10% of the steps, then anneal (at least 20 steps long, so that
+    # a run of a few steps still has a schedule).
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, total_steps=max(steps, 20), pct_start=0.1)
     losses = []
     for _ in range(steps):
         x, target = adding_problem(batch, length, generator)
@@ -165,8 +167,8 @@ def plot(losses: list[float], path: str, title: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=("lru", "hawk"), default="lru", help="complex LRU or real Hawk recurrence")
-    parser.add_argument("--steps", type=int, default=600, help="training steps (default 600)")
-    parser.add_argument("--size", type=int, default=64, help="model width and state size (default 64)")
+    parser.add_argument("--steps", type=int, default=400, help="training steps (default 400)")
+    parser.add_argument("--size", type=int, default=32, help="model width and state size (default 32)")
     parser.add_argument("--length", type=int, default=64, help="sequence length (default 64)")
     parser.add_argument("--batch", type=int, default=64, help="sequences a step (default 64)")
     parser.add_argument("--layers", type=int, default=2, help="residual blocks (default 2)")
