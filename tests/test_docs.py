@@ -32,19 +32,33 @@ def test_api_docs_deterministic():
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_relative_links_resolve(page):
-    """Every relative link of a markdown page names a file or folder of the repository."""
+    """Every relative link of a markdown page, and every absolute link into this repository's main
+    branch, names a file or folder of the repository."""
     text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
     for target in re.findall(r"\]\(([^)\s]+)\)", text):
-        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+        repository = re.match(r"https://github\.com/linrec/linrec/(?:blob|tree)/main/(.*)", target)
+        if repository:  # an absolute link into this repository (the README's, for PyPI)
+            target = str(ROOT / repository.group(1))
+        elif re.match(r"[a-z]+:", target) or target.startswith("#"):
             continue
-        path = (page.parent / target.split("#")[0]).resolve()
+        file, _, fragment = target.partition("#")
+        path = (page.parent / file).resolve() if file else page
         assert path.exists(), f"{page.relative_to(ROOT)}: broken link {target}"
+        if fragment and path.suffix == ".md":
+            assert fragment in anchors(path), f"{page.relative_to(ROOT)}: no heading for {target}"
 
 
-def test_readme_images_are_absolute():
-    """Images in the README load from absolute URLs: relative ones break on PyPI."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    for target in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", readme):
+def anchors(page):
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+    headings = re.findall(r"^#+\s+(.*)$", text, re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_readme_links_are_absolute():
+    """The README's links and images are absolute URLs: relative ones break on PyPI."""
+    readme = re.sub(r"```.*?```", "", (ROOT / "README.md").read_text(encoding="utf-8"), flags=re.S)
+    for target in re.findall(r"\]\(([^)\s]+)\)", readme):
         assert target.startswith("https://"), target
 
 

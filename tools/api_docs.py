@@ -114,7 +114,10 @@ def docstring_block(obj) -> list[str]:
     if not doc:
         return ["*(no docstring)*", ""]
     lines = [line.rstrip() for line in doc.strip().splitlines()]
-    return ["```text", *lines, "```", ""]
+    fence = "```"
+    while any(line.lstrip().startswith(fence) for line in lines):  # a docstring with its own fences
+        fence += "`"
+    return [f"{fence}text", *lines, fence, ""]
 
 
 def own_doc(obj):
