@@ -14,7 +14,7 @@ Two recurrent layers to choose from (--model):
 
 Each is one linrec.linrec call over the time dim of a (batch, time, channels) tensor.
 
-    python examples/train_lru.py                        # a minute or so on a laptop CPU
+    python examples/train_lru.py                        # 400 steps: 1.5-3.5 minutes on a 2-core CPU
     python examples/train_lru.py --steps 150 --size 16  # seconds
     python examples/train_lru.py --model hawk --png loss.png
 

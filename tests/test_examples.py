@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,14 +19,6 @@ def load(name):
     return module
 
 
-def run(script, *args):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True,
-                          env=env, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
-
-
 @pytest.fixture
 def one_thread():
     threads = torch.get_num_threads()
@@ -38,13 +27,15 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def test_train_lru_cli_loss_goes_down(tmp_path):
-    """The complex LRU, through the command line: the loss falls well below its start and below the
-    loss of predicting the mean (the model has learned which values to add), and the PNG is written."""
+def test_train_lru_cli_loss_goes_down(tmp_path, capsys, one_thread):
+    """The complex LRU, through the command line (in this process: no second torch import): the loss
+    falls well below its start and below the loss of predicting the mean (the model has learned
+    which values to add), and the PNG is written."""
     args = ["--model", "lru", "--steps", "200", "--size", "16", "--length", "32"]
     png = tmp_path / "loss.png"
     has_matplotlib = importlib.util.find_spec("matplotlib") is not None
-    out = run("train_lru.py", *args, *(["--png", str(png)] if has_matplotlib else []))
+    assert load("train_lru").main([*args, *(["--png", str(png)] if has_matplotlib else [])]) == 0
+    out = capsys.readouterr().out
     first, last, baseline = map(float, re.search(r"first ([\d.]+) -> last ([\d.]+).*gives ([\d.]+)", out).groups())
     assert last < 0.25 * first, out
     assert last < 0.5 * baseline, out
@@ -69,6 +60,7 @@ def test_adding_problem_targets():
     assert torch.allclose((x[..., 0] * x[..., 1]).sum(1), target)
 
 
-def test_selective_scan_example_matches_loop():
-    out = run("selective_scan.py", "--channels", "8", "--states", "4", "--length", "24")
-    assert "largest error" in out
+def test_selective_scan_example_matches_loop(capsys, one_thread):
+    """Values and gradients of linrec.models.selective_scan against the example's float64 loop."""
+    assert load("selective_scan").main(["--channels", "8", "--states", "4", "--length", "24"]) == 0
+    assert "largest error" in capsys.readouterr().out
