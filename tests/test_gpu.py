@@ -842,7 +842,7 @@ def test_nonfinite_values(impl, reverse):
     """NaN and inf through every GPU implementation, against the float64 loop: non-finite exactly
     where the loop is, finite values equal. The sequential kernel (cuda.linrec_ref) matches the
     loop exactly, as the CPU kernel does; the parallel scans may give NaN where the loop gives
-    +-inf after an infinite coefficient (README, "Non-finite values")."""
+    +-inf after an infinite coefficient (docs/usage.md, "Non-finite values")."""
     from test_hardening import nonfinite_case
 
     x, c = (t.cuda() for t in nonfinite_case(reverse))

@@ -97,7 +97,7 @@ def test_raw_ops_take_any_layout():
 @pytest.mark.parametrize("impl", ["python.linrec_ref", "python.linrec_hop"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_references_accumulate_16bit_in_float32(impl, dtype):
-    """The issue's case (exact 250.89; bfloat16 arithmetic gave 128), and random sequences:
+    """Ones decayed by 0.99609375 (exact 250.89; bfloat16 arithmetic gave 128), and random sequences:
     within 16-bit rounding of the float64 loop, as the kernels are."""
     x = torch.ones(1, 1000, dtype=dtype)
     c = torch.full_like(x, 0.99609375)

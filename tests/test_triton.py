@@ -104,7 +104,7 @@ def test_bf16_storage():
 def test_nonfinite_values(impl, reverse):
     """Non-finite exactly where the float64 loop is, finite values equal. The associative scan
     regroups c2 * (c1 * y + x) as c2 * c1 * y + c2 * x, so after an infinite coefficient it may
-    give NaN where the loop gives +-inf (README, "Non-finite values")."""
+    give NaN where the loop gives +-inf (docs/usage.md, "Non-finite values")."""
     from test_hardening import nonfinite_case
 
     x, c = (t.to(DEVICE) for t in nonfinite_case(reverse))

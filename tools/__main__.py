@@ -12,6 +12,7 @@ import sys
 
 COMMANDS = {
     "generate": "tools.generate",
+    "api-docs": "tools.api_docs",
     "check-floors": "tools.check_floors",
     "complex-bench": "tools.complex_bench",
     "config-sweep": "tools.config_sweep",

@@ -19,7 +19,7 @@ for variant in "$@"; do
   name=${variant%%=*} flags=${variant#*=}
   start=$(date +%s)
   rm -rf "$repo/build"  # ninja does not see NVCC_APPEND_FLAGS change
-  # Build logs stay on the device unless the build fails: a device call brings back at most 8 files.
+  # Build logs are copied to the output folder only when the build fails, to keep the outputs few.
   log=/tmp/ab_install_$name.log
   (cd "$repo" && NVCC_APPEND_FLAGS="$flags" python3 -m pip install --no-build-isolation --no-deps . > "$log" 2>&1) ||
     { cp "$log" "$out/"; tail -30 "$log"; exit 1; }

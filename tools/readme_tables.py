@@ -1,4 +1,4 @@
-"""The README's performance tables, from a `python -m linrec.bench --json` file.
+"""The performance tables of docs/performance.md, from a `python -m linrec.bench --json` file.
 
 Usage: python -m tools readme-tables benchmarks/bench_h100.json
 """

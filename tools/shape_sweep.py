@@ -1,6 +1,6 @@
 """Shapes between the bench's cases: where does the shape rule fall behind torch.add?
 
-The bench (python -m linrec.bench) times the issue's fixed cases. This sweep times
+The bench (python -m linrec.bench) times a fixed set of cases. This sweep times
 linrec.linrec (the tuning table, python/linrec/tuning/) on a grid of (sequences, length)
 shapes and a few layouts, beside torch.add (forward) and an elementwise product with
 autograd (forward+backward) on the same shape, in one process, from CUDA graphs with

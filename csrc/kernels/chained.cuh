@@ -39,7 +39,7 @@ namespace linrec {
 // before they touch memory. Where the next call's workspace clear and scan
 // follow (a training step's calls, a CUDA graph), their launches then overlap
 // this kernel's drain. Measured on the H100 (`python -m linrec.bench --only 2^2`,
-// two builds each way in one device call): 1 x 2^24 fp32 forward 80.2-80.4 ->
+// two builds each way in one run): 1 x 2^24 fp32 forward 80.2-80.4 ->
 // 79.6-79.7 µs a call, every few-long figure (fp32 and bf16, fwd and fwd+bwd)
 // 0.01 of copy faster. A kernel launched without the attribute is unaffected.
 
@@ -72,7 +72,7 @@ struct TileNumbering {
 // Which launches interleave: the backward's of up to 16 sequences, the
 // forward's of up to 4. Measured on the H100, one build switched at run time,
 // the chained kernel's call in python -m tools shape-sweep (µs, two runs each).
-//  - Backward and forward interleaved against neither, one device call, fwd+bwd:
+//  - Backward and forward interleaved against neither, one run, fwd+bwd:
 //    bf16 4 x 2^22 116.5 -> 109.2, 8 x 2^20 68.5 -> 63.2, 8 x 2^22 207.4 ->
 //    199.0, 16 x 2^20 112.7 -> 106.0; fp32 2 x 2^22 104.9 -> 100.7, 4 x 2^20
 //    58.7 -> 54.8. With 64 sequences it gained at 2^18 (bf16 107.6 -> 103.6) and
@@ -87,7 +87,7 @@ struct TileNumbering {
 //    of the fwd+bwd gain, not measured: an interleaved forward writes every
 //    sequence's last tiles last, and the backward reads those first, from L2.
 // The bench's 4 x 2^22 bf16 fwd+bwd: 0.77-0.80 of copy with neither interleaved
-// (two device calls), 0.81 with the backward alone (two), 0.82-0.85 with both
+// (two runs), 0.81 with the backward alone (two), 0.82-0.85 with both
 // (five); its fp32 forward 0.91 with neither, 0.89-0.90 with both.
 constexpr int64_t kMaxInterleavedSeqsBwd = 16;
 constexpr int64_t kMaxInterleavedSeqsFwd = 4;
@@ -178,7 +178,7 @@ __device__ __forceinline__ void scan_chained_tile(Acc (&y)[E], Acc (&c)[E], bool
 // copies then find its inputs in L2, fetched from DRAM while the resident
 // tiles wait on their look-back, beyond what the blocks' slots hold. The
 // distance is a third of the first wave, 264 tiles on the H100. H100, kernel
-// µs at 1 x 2^24 / 2^26, one device call: fp32 forward 73.8 / 280.0 -> 72.2 /
+// µs at 1 x 2^24 / 2^26, one run: fp32 forward 73.8 / 280.0 -> 72.2 /
 // 273.2, bf16 40.7 / 141.9 -> 39.5 / 138.6; 256 tiles alike; 64, 128 and 320
 // slower than 256, 400 mixed, the whole first wave (792) 19-44% slower. Likely
 // readings, not profiled: nearer, the later tile has already issued its own

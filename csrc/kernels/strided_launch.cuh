@@ -59,7 +59,7 @@ bool strided_pairs_channels(const Params& p) {
 // most 16 bytes, one sequence dim (the channels) of unit stride, rows of
 // exactly num_seqs elements, 16-byte aligned data, and T * D * sizeof(T) a
 // multiple of 16 bytes. H100, µs forward / fwd+bwd, lane-group kernel -> this
-// one (python -m tools shape-sweep, LINREC_STRIDED_FLAT=0 and 1 in one device call):
+// one (python -m tools shape-sweep, LINREC_STRIDED_FLAT=0 and 1 in one run):
 //   8-byte rows,  (1, 2^22, 4) bf16: 122.8 / 318.4 -> 68.9 / 178.2
 //   16-byte rows, (1, 2^21, 8) bf16:  80.0 / 190.2 -> 68.7 / 175.5
 //                 (1, 2^22, 4) fp32: 118.5 / 308.1 -> 95.2 / 266.4
@@ -113,7 +113,7 @@ void launch_strided_with(const Params& p, bool dense_rows, cudaStream_t stream, 
   // Lane groups are a kernel of their own, so that the one-slice kernel's
   // layout folds to constants: one kernel for both took the bench's
   // (8, 4096, 2048) bf16 forward from 149.8 to 153.8-155.0 µs (H100, three
-  // device calls, python -m tools shape-sweep).
+  // runs, python -m tools shape-sweep).
   auto launch = [&]<bool kLaneGroups>() {
     constexpr auto kernel = strided_kernel_for<T, C, V, kBackward, kLaneGroups>();
     allow_dynamic_smem<kernel, C, smem>(name);

@@ -1,5 +1,5 @@
 // Tile and pipe kernels, forward and fused backward (the chained schedule for few
-// long sequences, chained.cuh, shares the tile helpers here).
+// long sequences, chained.cuh, shares the tile functions here).
 //
 // A sequence is cut into tiles of E * NT elements aligned to its start. `tile`
 // gives one block a sequence of at most one tile; `pipe` gives one block a whole
@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(NT_) tiled_fwd_kernel(const ForwardParams p) {
 // thread's elements one aligned vector load a tensor. A thread past the end of
 // a shorter sequence holds identity steps (x = 0, c = 1). Shorter code than the
 // general kernel, and fewer registers (bf16 16x64: 48 against 64). H100,
-// 13200 x 1024 bf16, kernel µs (python -m tools config-sweep, one device call): 27.9
+// 13200 x 1024 bf16, kernel µs (python -m tools config-sweep, one run): 27.9
 // against 29.8 for the general kernel with one tile (pipe 16x64); torch.add 27.2.
 template <typename S, int E, int NT, int A, bool kRev>
 __global__ void __launch_bounds__(NT) tile_rows_fwd_kernel(const AlignedRows<kNumFwdSlots> p) {

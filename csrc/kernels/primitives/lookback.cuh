@@ -109,7 +109,7 @@ __device__ __forceinline__ void publish(TileStatus<Acc>* status, TileFlag flag, 
 // more than one wave, read theirs with an atomic: a 16-byte compare-and-swap of
 // 0 with 0, which leaves every status as it is (a status is 0 only until it is
 // published) and returns all 16 bytes. Measured on the H100 against the relaxed
-// load, one device call (kernel µs at 1 x 2^24 / 2^26): fp32 forward 78.3 /
+// load, one run (kernel µs at 1 x 2^24 / 2^26): fp32 forward 78.3 /
 // 294.5 -> 75.2 / 279.4, backward 121.7 / 476.1 -> 117.4 / 456.1; bf16 forward
 // 43.2 / 152.3 -> 42.0 / 143.8. Not traced; the likely reading is that a load
 // queues behind its SM's tile copies on the way to L2 and an atomic does not.
@@ -205,7 +205,7 @@ constexpr int kTileStatusSpacing = 4;
 //   - Tile n waits until n * pace_ps after its block started (%globaltimer),
 //     so the wave's loads are issued in tile order at about the DRAM's rate
 //     (chained_schedule) and the first tiles land first. H100, kernel µs at
-//     1 x 2^24 / 2^26 (with the lead, one device call): fp32 forward 75.3 /
+//     1 x 2^24 / 2^26 (with the lead, one run): fp32 forward 75.3 /
 //     280.0 -> 74.1 / 278.1, bf16 42.1 / 144.1 -> 40.6 / 142.9; backward
 //     within 0.7 µs. A model on per-tile timestamps (not a counter) put DRAM
 //     at 0.76-0.78 of copy from 1 to 5 µs without it, 0.93-0.98 from 2 to
@@ -313,7 +313,7 @@ __device__ __forceinline__ void look_back_thread(TileStatus<Acc>* statuses, int6
   // many unresolved chunks between a chunk and the nearest inclusive one, and
   // one status a round trip was the whole lag there. H100, µs fwd / fwd+bwd,
   // windows of 1 / 4 / 8 (tools/ab_builds.sh with python -m tools shape-sweep, one
-  // device call): (1, 2^20, 16) over dim 1 fp32 164.9 / 146.5 / 167.2 and 393.9 /
+  // run): (1, 2^20, 16) over dim 1 fp32 164.9 / 146.5 / 167.2 and 393.9 /
   // 343.9 / 382.9, bf16 237.2 / 188.6 / 270.0; (4, 2^18, 64) bf16 205.5 / 191.5 /
   // 230.9; the bench's (8, 4096, 2048), whose chains are 32 chunks, within 1%.
   constexpr int kWindow = 4;
