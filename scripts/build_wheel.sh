@@ -48,7 +48,9 @@ mode=build wheel_in=
 if [ "${1:-}" = --check ]; then
   mode=check wheel_in=${2:-}; shift 2 || usage
   [ -f "$wheel_in" ] || { echo "no such wheel: $wheel_in"; exit 2; }
-  wheel_in=$(cd "$(dirname "$wheel_in")" && pwd)/$(basename "$wheel_in")
+  # A copy: the wheel may lie in the folders this script empties (LINREC_WORK's dist/, wheelhouse/).
+  staged=$(mktemp -d) && trap 'rm -rf "$staged"' EXIT
+  cp "$wheel_in" "$staged/" && wheel_in=$staged/$(basename "$wheel_in")
 fi
 variant=${1:-}; archs=${2:-}
 case $variant in
@@ -117,7 +119,7 @@ if [ "$mode" = build ]; then
     fi
   fi
   if check_torch_cuda "$build"; then
-    record torch PASS "$("$build/bin/python" -c 'import torch; print(torch.__version__)')"
+    record torch PASS "$("$build/bin/python" -c 'import torch; print(torch.__version__)' 2> /dev/null)"
   else
     record torch FAIL "torch.version.cuda is not $cuda: this index has no $variant build of $torch_spec"; summary
   fi
@@ -181,7 +183,7 @@ if "$python" -m venv "$test" && pip_torch "$test" && check_torch_cuda "$test" &&
   record install PASS "$(cd "$work" && "$test/bin/python" -m pip list 2>/dev/null | grep -E '^(torch|linrec) ' | tr -s ' ' | paste -sd, -)"
   if (cd "$work" && "$test/bin/python" -m linrec --info) > "$work/info.json" 2> "$work/info.err"; then
     head -12 "$work/info.json"
-    if detail=$(cd "$work" && "$test/bin/python" - "$work/info.json" "$version" "$cuda" "$archs" <<'EOF'
+    if detail=$(cd "$work" && "$test/bin/python" -W ignore - "$work/info.json" "$version" "$cuda" "$archs" <<'EOF'
 import json, sys
 info = json.load(open(sys.argv[1]))
 version, cuda, archs = sys.argv[2:5]
