@@ -68,7 +68,7 @@ def want_cuda():
 
 def version():
     """The single source is python/linrec/_version.py; wheels for a non-default CUDA
-    version add a local tag from LINREC_LOCAL_VERSION (e.g. 0.1.0+cu128)."""
+    version add a local tag from LINREC_LOCAL_VERSION (e.g. 0.1.0+cu126)."""
     text = (ROOT / "python" / "linrec" / "_version.py").read_text()
     base = re.search(r'__version__ = "([^"]+)"', text).group(1)
     local = os.environ.get("LINREC_LOCAL_VERSION")

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# cibuildwheel before-all: the CUDA compiler and runtime headers inside a manylinux_2_28
-# (AlmaLinux 8) container, from NVIDIA's rhel8 repository. CUDA_VERSION is e.g. 12.8 or 13.0.
+# The CUDA compiler and runtime headers inside a manylinux_2_28 (AlmaLinux 8) container, from
+# NVIDIA's rhel8 repository (scripts/build_wheel.sh runs it with LINREC_INSTALL_CUDA=1).
+# CUDA_VERSION is e.g. 12.6 or 13.0.
 set -euo pipefail
-: "${CUDA_VERSION:?set CUDA_VERSION, e.g. 12.8}"
+: "${CUDA_VERSION:?set CUDA_VERSION, e.g. 13.0}"
 pkg=${CUDA_VERSION/./-}
 arch=$(uname -m); [ "$arch" = aarch64 ] && arch=sbsa
 dnf install -y dnf-plugins-core

@@ -14,11 +14,20 @@ import torch
 try:
     from . import _C
 except ImportError as _error:
-    # linrec._C needs only torch's CPU libraries of the stable ABI (torch >= 2.10).
+    # linrec._C needs only torch's CPU libraries of the stable ABI (torch >= 2.10), and building it
+    # needs torch >= 2.14 headers: a build against an older installed torch cannot work.
+    try:
+        _old_torch = torch.torch_version.TorchVersion(torch.__version__) < (2, 10)
+    except Exception:  # an unparsable version: give both remedies
+        _old_torch = False
+    _remedy = (
+        'linrec needs torch >= 2.10: pip install "torch>=2.10"' if _old_torch else
+        "reinstall a binary wheel for your torch's CUDA version (README, 'Install a binary wheel'), "
+        "or build from source with build isolation, which compiles against torch >= 2.14 headers in "
+        "a separate environment and leaves your torch as it is: pip install --no-binary linrec linrec"
+    )
     raise ImportError(
-        f"linrec: its compiled extension does not load with this torch ({torch.__version__}): {_error}. "
-        "linrec's binary wheels need torch >= 2.10; or build linrec against this torch: "
-        "pip install --no-build-isolation --no-binary linrec linrec"
+        f"linrec: its compiled extension does not load with this torch ({torch.__version__}): {_error}. {_remedy}"
     ) from _error
 from ._args import normalize
 from ._backend import C_CUDA as _C_cuda
