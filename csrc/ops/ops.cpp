@@ -36,8 +36,8 @@ std::tuple<Tensor, Tensor, Tensor> linrec_bwd_cpu(Tensor d_outputs, Tensor coeff
 }  // namespace linrec
 
 STABLE_TORCH_LIBRARY(linrec, m) {
-  // kernel: 0 auto (dispatch.h chooses), 1 ref, 2 tile, 3 pipe, 4 chained, 5 strided, 6 packed. The last four
-  // ints select a compiled TileConfig for the other kernels; auto and ref ignore them. reverse is an int
+  // kernel: 0 auto (the tuned choice, csrc/tuning/) or a family id of csrc/registry.toml. The last four
+  // ints select a compiled TileConfig of that family; auto and ref ignore them. reverse is an int
   // (0 or 1, checked by check_kernel_args): as a bool, torch would take reverse=2 for true unseen.
   m.def(
       "linrec_fwd(Tensor inputs, Tensor coeffs, Tensor? initial, int dim, int reverse, int kernel, "

@@ -1,7 +1,7 @@
 // The ops' CUDA kernels: the module linrec._C_cuda. Its schemas come from
 // linrec._C (ops.cpp), loaded first; this module links torch's CUDA library and
 // the CUDA runtime, so Python loads it only where torch's CUDA version matches
-// the build's (python/linrec/__init__.py). Argument checks are ops.cpp's
+// the build's (python/linrec/_backend.py). Argument checks are ops.cpp's
 // (op_args.h); here a shape becomes a kernel choice, a workspace and a launch
 // on torch's current stream.
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>

@@ -102,7 +102,7 @@ _missing_cuda_kernels = None  # the torch.library.Library holding the registrati
 
 
 def register_missing_cuda_kernels(reason: str) -> None:
-    """Where linrec._C_cuda is not loaded (linrec/__init__.py), the ops' CUDA kernels raise a
+    """Where linrec._C_cuda is not loaded (linrec/_backend.py), the ops' CUDA kernels raise a
     RuntimeError naming `reason`, not the dispatcher's 'could not run ... with arguments from the
     CUDA backend'. linrec.linrec sends CUDA tensors to Triton then; these reach direct op calls."""
     global _missing_cuda_kernels
