@@ -15,13 +15,12 @@ forward+backward, 8 bytes a complex64 element), so it reads as linrec.bench's fi
 from __future__ import annotations
 
 import argparse
-import json
 
 import torch
 
 import linrec
 from linrec.impl import cuda
-from linrec._timing import copy_bandwidth_gbs
+from linrec._timing import copy_bandwidth_gbs, write_rows
 from linrec.bench import time_case
 
 SHAPES = [((1056, 8192), -1), ((8, 4096, 1024), 1), ((4, 1 << 20), -1), ((13200, 64), -1), ((13200, 512), -1)]
@@ -84,8 +83,7 @@ def main(argv=None) -> int:
         result = (f"{r['us']:9.1f} us  {r['fraction_of_copy']:5.2f} of copy" if "us" in r else r["error"])
         print(f"{str(r['shape']):<18} dim={r['dim']:<3} {r['impl']:<34}{what:<8}{result}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(device=torch.cuda.get_device_name(), copy_gbs=copy, rows=rows), f, indent=1)
+        write_rows(args.json, copy, rows)
     return 0
 
 

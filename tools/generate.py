@@ -262,25 +262,7 @@ def python_module(storages: list[Storage], families: list[Family]) -> str:
     return f'''# {NOTICE}
 """The compiled kernel families and storage types (csrc/registry.toml)."""
 
-from typing import NamedTuple
-
-
-class Family(NamedTuple):
-    id: int  # the ops' `kernel` argument
-    storages: tuple  # names in STORAGES
-    default_config: tuple | None  # (elems_per_thread, threads_per_block, memcode, algocode); None: takes none
-    workspace: bool
-    doc: str
-
-    @property
-    def has_configs(self) -> bool:
-        return self.default_config is not None
-
-
-class Storage(NamedTuple):
-    values: str  # torch dtype name of the scanned tensors
-    coeffs: str  # torch dtype name of the coefficients
-
+from ._registry_types import Family, Storage
 
 KERNEL_AUTO = 0
 FAMILIES = {{

@@ -19,12 +19,11 @@ from __future__ import annotations
 import argparse
 import collections
 import itertools
-import json
 
 import torch
 
 import linrec
-from linrec._timing import copy_bandwidth_gbs, device_ms
+from linrec._timing import copy_bandwidth_gbs, device_ms, write_rows
 from linrec.impl.cuda import linrec_chained
 
 SEQS = [1, 8, 32, 66, 132, 264, 528, 1056]
@@ -142,8 +141,7 @@ def main(argv=None) -> int:
                       f"{row['rule_us']:>9.1f}{rule / base:>10.2f}{row['frac']:>7.2f}{ch}", flush=True)
             del x
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(device=torch.cuda.get_device_name(), copy_gbs=copy, rows=rows), f, indent=1)
+        write_rows(args.json, copy, rows)
     return 0
 
 

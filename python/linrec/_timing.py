@@ -14,6 +14,7 @@ On a machine without a GPU both fall back to the host clock.
 
 from __future__ import annotations
 
+import json
 import time
 
 import torch
@@ -95,3 +96,9 @@ def copy_bandwidth_gbs(nbytes=2**30) -> float:
     dst = torch.empty_like(src)
     ms = eager_ms(lambda: dst.copy_(src))
     return 2 * nbytes / ms / 1e6
+
+
+def write_rows(path: str, copy_gbs: float, rows: list) -> None:
+    """A benchmark's rows as JSON, with the device and its copy bandwidth of the same run."""
+    with open(path, "w") as f:
+        json.dump(dict(device=torch.cuda.get_device_name(), copy_gbs=copy_gbs, rows=rows), f, indent=1)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import collections
 import itertools
-import json
 import math
 import sys
 from typing import Sequence
@@ -34,7 +33,7 @@ import torch
 import linrec
 from linrec import _cli
 from linrec._registry import STORAGES
-from linrec._timing import copy_bandwidth_gbs, device_ms, eager_ms
+from linrec._timing import copy_bandwidth_gbs, device_ms, eager_ms, write_rows
 
 GRID_LENGTHS = [2**k for k in range(4, 17)]
 # --dtypes: the real storage types, mixed ones as "values+coeffs".
@@ -302,8 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"device: {torch.cuda.get_device_name()}, copy bandwidth {copy:.0f} GB/s (read + write)")
     print_table(rows)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(device=torch.cuda.get_device_name(), copy_gbs=copy, rows=rows), f, indent=1)
+        write_rows(args.json, copy, rows)
     if args.png:
         plot(rows, copy, args.png)
     return 0

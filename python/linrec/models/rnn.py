@@ -69,6 +69,20 @@ def _check_num_layers(num_layers: int) -> None:
         raise ValueError(f"linrec: num_layers must be a positive int, got {num_layers!r}")
 
 
+class _Stacked(nn.Module):
+    """What GILR and LSLSTM share: their sizes, layout, activation, and num_layers layers, the
+    first reading input_size features and the others hidden_size."""
+
+    def __init__(self, input_size: int, hidden_size: int, batch_first: bool,
+                 activation: Callable[[torch.Tensor], torch.Tensor], num_layers: int,
+                 make_layer: Callable[[int], nn.Module]):
+        super().__init__()
+        _check_num_layers(num_layers)
+        self.input_size, self.hidden_size, self.batch_first = input_size, hidden_size, batch_first
+        self.num_layers, self.activation = num_layers, activation
+        self.layers = nn.ModuleList(make_layer(input_size if k == 0 else hidden_size) for k in range(num_layers))
+
+
 def _layer(state: torch.Tensor | None, k: int) -> torch.Tensor | None:
     return None if state is None else state[k]
 
@@ -90,7 +104,7 @@ def _gilr_states(proj: nn.Module, activation: Callable[[torch.Tensor], torch.Ten
     return _linrec(impulse, g, dim=time, initial=h0)
 
 
-class GILR(nn.Module):
+class GILR(_Stacked):
     """Gated impulse linear recurrent layers, stacked as torch.nn.GRU's.
 
     Args:
@@ -111,12 +125,8 @@ class GILR(nn.Module):
                  activation: Callable[[torch.Tensor], torch.Tensor] = torch.tanh,
                  device: torch.device | str | int | None = None, dtype: torch.dtype | None = None, *,
                  num_layers: int = 1):
-        super().__init__()
-        _check_num_layers(num_layers)
-        self.input_size, self.hidden_size, self.batch_first = input_size, hidden_size, batch_first
-        self.num_layers, self.activation = num_layers, activation
-        self.layers = nn.ModuleList(nn.Linear(input_size if k == 0 else hidden_size, 2 * hidden_size, device=device,
-                                              dtype=dtype) for k in range(num_layers))
+        super().__init__(input_size, hidden_size, batch_first, activation, num_layers,
+                         lambda size: nn.Linear(size, 2 * hidden_size, device=device, dtype=dtype))
 
     def forward(self, x: torch.Tensor, h0: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         _check_input(x, self.input_size)
@@ -153,7 +163,7 @@ class _LSLSTMLayer(nn.Module):
         return o * c, c, surrogate
 
 
-class LSLSTM(nn.Module):
+class LSLSTM(_Stacked):
     """Linear surrogate LSTM layers, stacked as torch.nn.LSTM's.
 
     Args:
@@ -177,12 +187,8 @@ class LSLSTM(nn.Module):
                  activation: Callable[[torch.Tensor], torch.Tensor] = torch.tanh,
                  device: torch.device | str | int | None = None, dtype: torch.dtype | None = None, *,
                  num_layers: int = 1):
-        super().__init__()
-        _check_num_layers(num_layers)
-        self.input_size, self.hidden_size, self.batch_first = input_size, hidden_size, batch_first
-        self.num_layers, self.activation = num_layers, activation
-        self.layers = nn.ModuleList(_LSLSTMLayer(input_size if k == 0 else hidden_size, hidden_size, device=device,
-                                                 dtype=dtype) for k in range(num_layers))
+        super().__init__(input_size, hidden_size, batch_first, activation, num_layers,
+                         lambda size: _LSLSTMLayer(size, hidden_size, device=device, dtype=dtype))
 
     def forward(self, x: torch.Tensor, state: tuple[torch.Tensor | None, torch.Tensor | None,
                                                     torch.Tensor | None] | None = None
