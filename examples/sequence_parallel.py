@@ -44,16 +44,18 @@ def teacher_data(steps, batch, length, dim, seed=0):
         yield x, linrec.linrec((1 - decay) * x, decay.expand_as(x), dim=1)
 
 
-def main(argv=None):
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--length", type=int, default=1024, help="time steps a sequence, all ranks together")
     parser.add_argument("--dim", type=int, default=32)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
-    dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
+
+def train(args):
+    """Train on an initialized process group; rank 0 returns (step, loss over the ranks, loss in one process)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device(args.device, rank % torch.cuda.device_count()) if args.device == "cuda" else "cpu"
     if args.device == "cuda":
@@ -65,7 +67,7 @@ def main(argv=None):
     whole = copy.deepcopy(model) if rank == 0 else None  # the single-process run, for comparison
     optim = torch.optim.Adam(model.parameters(), lr=3e-2)
     whole_optim = torch.optim.Adam(whole.parameters(), lr=3e-2) if whole is not None else None
-
+    losses = []
     for step, (x, target) in enumerate(teacher_data(args.steps, args.batch, args.length, args.dim)):
         x, target = x.to(device), target.to(device)
         piece = slice(bounds[rank], bounds[rank + 1])
@@ -82,9 +84,17 @@ def main(argv=None):
             whole_optim.zero_grad()
             whole_loss.backward()
             whole_optim.step()
-            if step % 10 == 0 or step == args.steps - 1:
-                print(f"step {step:4d}  loss over {world} ranks {loss.item():.6f}  "
-                      f"in one process {whole_loss.item():.6f}", flush=True)
+            losses.append((step, loss.item(), whole_loss.item()))
+    return losses
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
+    for step, sharded, whole in train(args):
+        if step % 10 == 0 or step == args.steps - 1:
+            print(f"step {step:4d}  loss over {dist.get_world_size()} ranks {sharded:.6f}  in one process {whole:.6f}",
+                  flush=True)
     dist.destroy_process_group()
 
 
