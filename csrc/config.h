@@ -42,4 +42,20 @@ struct TileConfig {
   }
 };
 
+// One compiled instantiation of the selective-scan kernels (kernels/selective_scan.cuh):
+// `lanes` threads share a channel and take the sequence `lanes` steps at a time; each
+// holds `states_per_lane` of the channel's states, so it takes at most lanes * states_per_lane.
+struct SelectiveConfig {
+  int lanes;
+  int states_per_lane;
+
+  constexpr bool operator==(const SelectiveConfig&) const = default;
+  constexpr int max_states() const { return lanes * states_per_lane; }
+
+  std::string to_string() const {
+    return "SelectiveConfig{lanes=" + std::to_string(lanes) + ", states_per_lane=" + std::to_string(states_per_lane) +
+           "}";
+  }
+};
+
 }  // namespace linrec

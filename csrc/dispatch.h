@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "config.h"
@@ -87,10 +88,16 @@ constexpr auto COMPLEX_TILE_CONFIG_LIST =
 constexpr auto PACKED_CONFIG_LIST = product(std::array{4, 8, 16}, std::array{128, 256},
                                             std::array{MemCode::kVector}, std::array{AlgoCode::kBlock});
 
+// The selective-scan kernels (selective_scan.cuh), by the states they hold: a call takes the
+// first that holds its N (csrc/tuning/selective_choice.h).
+constexpr std::array SELECTIVE_CONFIG_LIST{SelectiveConfig{8, 2}, SelectiveConfig{16, 1}, SelectiveConfig{8, 8},
+                                           SelectiveConfig{16, 16}};
+
 // Calls fn.template operator()<C>() for the compiled config C equal to `config`.
 // A fold over the list's indices, not recursion: the full product has 288 entries.
 template <auto kList = CONFIG_LIST, typename Fn>
-void dispatch_config(const TileConfig& config, Fn&& fn, const char* kernel_name) {
+void dispatch_config(const typename std::remove_cvref_t<decltype(kList)>::value_type& config, Fn&& fn,
+                     const char* kernel_name) {
   const bool found = [&]<std::size_t... I>(std::index_sequence<I...>) {
     return ((config == kList[I] ? (fn.template operator()<kList[I]>(), true) : false) || ...);
   }(std::make_index_sequence<kList.size()>{});

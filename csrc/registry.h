@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "params.h"
+#include "selective_params.h"
 
 namespace linrec {
 
@@ -39,6 +40,16 @@ constexpr bool is_registered_storage(Storage s) {
          (s.values == DType::kBFloat16 && s.coeffs == DType::kFloat32) ||
          (s.values == DType::kComplex64 && s.coeffs == DType::kComplex64) ||
          (s.values == DType::kComplex128 && s.coeffs == DType::kComplex128);
+}
+
+// Whether a (values, bc) pair of dtypes is a registered storage type of the selective scan.
+constexpr bool is_registered_selective_storage(SelectiveStorage s) {
+  return (s.values == DType::kFloat32 && s.bc == DType::kFloat32) ||
+         (s.values == DType::kFloat64 && s.bc == DType::kFloat64) ||
+         (s.values == DType::kFloat16 && s.bc == DType::kFloat16) ||
+         (s.values == DType::kBFloat16 && s.bc == DType::kBFloat16) ||
+         (s.values == DType::kFloat16 && s.bc == DType::kFloat32) ||
+         (s.values == DType::kBFloat16 && s.bc == DType::kFloat32);
 }
 
 // The DType of a torch dtype name ("float32", ...), as the registry writes them.

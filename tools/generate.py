@@ -59,6 +59,26 @@ class Family:
         return "k" + self.name.capitalize()
 
 
+@dataclass(frozen=True)
+class SelectiveStorage:
+    """A storage type of the fused selective scan: u's dtype and per-step B's and C's."""
+    name: str
+    values: str
+    bc: str
+    cuda: tuple[str, str]
+    cpu: tuple[str, str]
+
+
+def load_selective(path: Path = REGISTRY) -> list[SelectiveStorage]:
+    data = tomllib.loads(path.read_text())
+    out = [SelectiveStorage(name, s["values"], s["bc"], tuple(s["cuda"]), tuple(s["cpu"]))
+           for name, s in data["selective"].items()]
+    for s in out:
+        if s.values not in DTYPES or s.bc not in DTYPES:
+            raise ValueError(f"selective storage {s.name}: unknown dtype")
+    return out
+
+
 def load(path: Path = REGISTRY) -> tuple[list[Storage], list[Family]]:
     data = tomllib.loads(path.read_text())
     storages = [Storage(name, s["values"], s["coeffs"], s["cuda"], tuple(s["cpu"]))
@@ -102,7 +122,54 @@ def instance_files(families: list[Family]) -> dict[str, str]:
     return files
 
 
-def registry_header(storages: list[Storage], families: list[Family]) -> str:
+def selective_instance_files(storages: list[SelectiveStorage]) -> dict[str, str]:
+    """{file name: text}: the selective scan's kernels, one file a direction and storage."""
+    files = {}
+    for s in storages:
+        for direction, backward in DIRECTIONS.items():
+            files[f"selective_{direction}_{s.name}.cu"] = "\n".join([
+                f"// {NOTICE}", f"// The selective-scan kernels ({direction}) for {s.name} storage.",
+                '#include "selective.h"', "", "namespace linrec::selective {",
+                f"LINREC_SELECTIVE_INSTANCES(template, {s.cuda[0]}, {s.cuda[1]}, {backward})",
+                "}  // namespace linrec::selective", ""])
+    return files
+
+
+def selective_header(storages: list[SelectiveStorage]) -> str:
+    """csrc/kernels/instances/selective.h: the selective scan's instantiations and storage switch."""
+    externs = "\n".join(f"LINREC_SELECTIVE_INSTANCES(extern template, {s.cuda[0]}, {s.cuda[1]}, {b})"
+                        for s in storages for b in DIRECTIONS.values())
+    cases = "\n".join(
+        f"  if (s.values == DType::{DTYPES[x.values]} && s.bc == DType::{DTYPES[x.bc]}) "
+        f"return fn.template operator()<{x.cuda[0]}, {x.cuda[1]}>();" for x in storages)
+    return f"""// {NOTICE}
+// The selective scan's kernels: the instantiations in this folder, and the switch from a
+// call's runtime storage to them.
+#pragma once
+#include <stdexcept>
+
+#include "../selective_scan.cuh"
+
+namespace linrec::selective {{
+
+#define LINREC_SELECTIVE_INSTANCES(PREFIX, V, BC, BACKWARD) \\
+  PREFIX void launch<V, BC, BACKWARD>(const SelectiveParamsOf<BACKWARD>&, const SelectiveConfig&, cudaStream_t);
+
+{externs}
+
+// Calls fn.template operator()<V, BC>() with the kernels' (values, bc) types of `s`.
+template <typename Fn>
+decltype(auto) for_storage(SelectiveStorage s, Fn&& fn) {{
+{cases}
+  throw std::invalid_argument("linrec: no selective-scan kernels for this pair of dtypes");
+}}
+
+}}  // namespace linrec::selective
+"""
+
+
+def registry_header(storages: list[Storage], families: list[Family],
+                    selective: list[SelectiveStorage]) -> str:
     """csrc/registry.h: host code's view (no CUDA, no torch)."""
     kinds = ", ".join(["kAuto = 0"] + [f"{f.kind} = {f.id}" for f in families])
     names = "\n".join(f'    case KernelKind::{f.kind}: return "{f.name}";' for f in families)
@@ -112,6 +179,8 @@ def registry_header(storages: list[Storage], families: list[Family]) -> str:
     id_list = ", ".join(["0 auto"] + [f"{f.id} {f.name}" for f in families])
     configless = " || ".join(f"kind == KernelKind::{f.kind}" for f in families if f.default_config is None)
     dtype_cases = "\n".join(f'  if (name == "{n}") return DType::{e};' for n, e in DTYPES.items())
+    selective_known = " ||\n         ".join(
+        f"(s.values == DType::{DTYPES[x.values]} && s.bc == DType::{DTYPES[x.bc]})" for x in selective)
     return f"""// {NOTICE}
 // The kernel families and storage types, for host code.
 #pragma once
@@ -119,6 +188,7 @@ def registry_header(storages: list[Storage], families: list[Family]) -> str:
 #include <string_view>
 
 #include "params.h"
+#include "selective_params.h"
 
 namespace linrec {{
 
@@ -141,6 +211,11 @@ constexpr const char* kernel_kind_name(KernelKind kind) {{
 // Whether a (values, coeffs) pair of dtypes is a registered storage type.
 constexpr bool is_registered_storage(Storage s) {{
   return {known};
+}}
+
+// Whether a (values, bc) pair of dtypes is a registered storage type of the selective scan.
+constexpr bool is_registered_selective_storage(SelectiveStorage s) {{
+  return {selective_known};
 }}
 
 // The DType of a torch dtype name ("float32", ...), as the registry writes them.
@@ -226,10 +301,13 @@ def families_header(storages: list[Storage], families: list[Family]) -> str:
     return "\n".join(out)
 
 
-def cpu_header(storages: list[Storage]) -> str:
+def cpu_header(storages: list[Storage], selective: list[SelectiveStorage]) -> str:
     cases = "\n".join(
         f"  if (s.values == DType::{DTYPES[x.values]} && s.coeffs == DType::{DTYPES[x.coeffs]}) "
         f"return Fn<{x.cpu[0]}, {x.cpu[1]}>::run(p);" for x in storages)
+    selective_cases = "\n".join(
+        f"  if (s.values == DType::{DTYPES[x.values]} && s.bc == DType::{DTYPES[x.bc]}) "
+        f"return Fn<{x.cpu[0]}, {x.cpu[1]}>::run(p);" for x in selective)
     return f"""// {NOTICE}
 // The CPU kernel's switch from a call's storage to its (values, coeffs) types.
 #pragma once
@@ -240,6 +318,7 @@ def cpu_header(storages: list[Storage]) -> str:
 #include <stdexcept>
 
 #include "../params.h"
+#include "../selective_params.h"
 
 namespace linrec {{
 
@@ -249,16 +328,24 @@ void for_cpu_storage(Storage s, const P& p) {{
   throw std::invalid_argument("linrec: no CPU kernel for this pair of dtypes");
 }}
 
+// The selective scan's: Fn<values, bc>::run(p).
+template <template <typename, typename> class Fn, typename P>
+void for_cpu_selective_storage(SelectiveStorage s, const P& p) {{
+{selective_cases}
+  throw std::invalid_argument("linrec: no CPU selective-scan kernel for this pair of dtypes");
+}}
+
 }}  // namespace linrec
 """
 
 
-def python_module(storages: list[Storage], families: list[Family]) -> str:
+def python_module(storages: list[Storage], families: list[Family], selective: list[SelectiveStorage]) -> str:
     fams = "\n".join(
         f'    "{f.name}": Family({f.id}, {tuple(s.name for s in f.storages)!r}, {f.default_config!r}, '
         f"{f.workspace},\n               {f.doc!r}),"
         for f in families)
     stors = "\n".join(f'    "{s.name}": Storage("{s.values}", "{s.coeffs}"),' for s in storages)
+    selective_stors = "\n".join(f'    "{s.name}": Storage("{s.values}", "{s.bc}"),' for s in selective)
     return f'''# {NOTICE}
 """The compiled kernel families and storage types (csrc/registry.toml)."""
 
@@ -271,16 +358,23 @@ FAMILIES = {{
 STORAGES = {{
 {stors}
 }}
+# The fused selective scan's storage types: (dtype of u, dtype of per-step B and C).
+SELECTIVE_STORAGES = {{
+{selective_stors}
+}}
 '''
 
 
 def derived_files() -> dict[Path, str]:
     storages, families = load()
+    selective = load_selective()
     files = {INSTANCES / name: text for name, text in instance_files(families).items()}
+    files |= {INSTANCES / name: text for name, text in selective_instance_files(selective).items()}
     files[INSTANCES / "families.h"] = families_header(storages, families)
-    files[ROOT / "csrc" / "registry.h"] = registry_header(storages, families)
-    files[ROOT / "csrc" / "cpu" / "storages.h"] = cpu_header(storages)
-    files[ROOT / "python" / "linrec" / "_registry.py"] = python_module(storages, families)
+    files[INSTANCES / "selective.h"] = selective_header(selective)
+    files[ROOT / "csrc" / "registry.h"] = registry_header(storages, families, selective)
+    files[ROOT / "csrc" / "cpu" / "storages.h"] = cpu_header(storages, selective)
+    files[ROOT / "python" / "linrec" / "_registry.py"] = python_module(storages, families, selective)
     return files
 
 

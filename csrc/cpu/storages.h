@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "../params.h"
+#include "../selective_params.h"
 
 namespace linrec {
 
@@ -22,6 +23,18 @@ void for_cpu_storage(Storage s, const P& p) {
   if (s.values == DType::kComplex64 && s.coeffs == DType::kComplex64) return Fn<c10::complex<float>, c10::complex<float>>::run(p);
   if (s.values == DType::kComplex128 && s.coeffs == DType::kComplex128) return Fn<c10::complex<double>, c10::complex<double>>::run(p);
   throw std::invalid_argument("linrec: no CPU kernel for this pair of dtypes");
+}
+
+// The selective scan's: Fn<values, bc>::run(p).
+template <template <typename, typename> class Fn, typename P>
+void for_cpu_selective_storage(SelectiveStorage s, const P& p) {
+  if (s.values == DType::kFloat32 && s.bc == DType::kFloat32) return Fn<float, float>::run(p);
+  if (s.values == DType::kFloat64 && s.bc == DType::kFloat64) return Fn<double, double>::run(p);
+  if (s.values == DType::kFloat16 && s.bc == DType::kFloat16) return Fn<c10::Half, c10::Half>::run(p);
+  if (s.values == DType::kBFloat16 && s.bc == DType::kBFloat16) return Fn<c10::BFloat16, c10::BFloat16>::run(p);
+  if (s.values == DType::kFloat16 && s.bc == DType::kFloat32) return Fn<c10::Half, float>::run(p);
+  if (s.values == DType::kBFloat16 && s.bc == DType::kFloat32) return Fn<c10::BFloat16, float>::run(p);
+  throw std::invalid_argument("linrec: no CPU selective-scan kernel for this pair of dtypes");
 }
 
 }  // namespace linrec

@@ -6,12 +6,17 @@
 
 #include "../config.h"
 #include "../params.h"
+#include "../selective_params.h"
 
 namespace linrec {
 
 // CPU: sequential scan per sequence, sequences in parallel (csrc/cpu/cpu_kernels.cpp).
 void cpu_fwd(const ForwardParams& p, Storage storage);
 void cpu_bwd(const BackwardParams& p, Storage storage);
+// The fused selective scan (csrc/cpu/selective_scan.cpp). The backward adds into d_A, d_B,
+// d_C, d_D and d_delta_bias, which the caller zeroes.
+void cpu_selective_fwd(const SelectiveParams& p, SelectiveStorage storage);
+void cpu_selective_bwd(const SelectiveGradParams& p, SelectiveStorage storage);
 
 #if defined(LINREC_WITH_CUDA)
 // CUDA (kernels/*.cu): `kind` names a family of csrc/registry.toml compiled for `storage`.
@@ -22,6 +27,13 @@ void cuda_fwd(const ForwardParams& p, Storage storage, KernelKind kind, const Ti
               int64_t workspace_bytes, void* stream);
 void cuda_bwd(const BackwardParams& p, Storage storage, KernelKind kind, const TileConfig& config,
               int64_t workspace_bytes, void* stream);
+// The fused selective scan (kernels/selective_scan.cuh) at a compiled config that holds
+// p.states (cuda_selective_configs); the backward adds into zeroed accumulators, as the CPU's.
+void cuda_selective_fwd(const SelectiveParams& p, SelectiveStorage storage, const SelectiveConfig& config,
+                        void* stream);
+void cuda_selective_bwd(const SelectiveGradParams& p, SelectiveStorage storage, const SelectiveConfig& config,
+                        void* stream);
+std::vector<SelectiveConfig> cuda_selective_configs();
 // Bytes of workspace a kernel needs for this call (see lookback.cuh); 0 if none.
 int64_t cuda_workspace_bytes(Storage storage, KernelKind kind, int64_t num_seqs, int64_t seq_len,
                              const TileConfig& config);

@@ -28,3 +28,12 @@ STORAGES = {
     "c64": Storage("complex64", "complex64"),
     "c128": Storage("complex128", "complex128"),
 }
+# The fused selective scan's storage types: (dtype of u, dtype of per-step B and C).
+SELECTIVE_STORAGES = {
+    "f32": Storage("float32", "float32"),
+    "f64": Storage("float64", "float64"),
+    "f16": Storage("float16", "float16"),
+    "bf16": Storage("bfloat16", "bfloat16"),
+    "f16f32": Storage("float16", "float32"),
+    "bf16f32": Storage("bfloat16", "float32"),
+}
