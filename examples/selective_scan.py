@@ -13,8 +13,8 @@ and gradients with a step-by-step float64 loop.
     python examples/selective_scan.py                 # CPU, a second or two
     python examples/selective_scan.py --device cuda --length 2048
 
-(Loading a pretrained Mamba checkpoint needs a full Mamba block, which linrec.models does not
-have yet; this example stops at the scan.)
+The Mamba block around the scan, which loads mamba_ssm's state_dicts, is linrec.models.Mamba
+(examples/mamba_from_state_dict.py).
 """
 
 from __future__ import annotations

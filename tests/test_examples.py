@@ -64,3 +64,11 @@ def test_selective_scan_example_matches_loop(capsys, one_thread):
     """Values and gradients of linrec.models.selective_scan against the example's float64 loop."""
     assert load("selective_scan").main(["--channels", "8", "--states", "4", "--length", "24"]) == 0
     assert "largest error" in capsys.readouterr().out
+
+
+def test_mamba_example_loads_and_decodes(capsys, one_thread):
+    """The Mamba block loads a state_dict of mamba_ssm's layout, and decoding it one token at a
+    time gives its outputs over the whole sequence."""
+    assert load("mamba_from_state_dict").main(["--d-model", "16", "--length", "9"]) == 0
+    out = capsys.readouterr().out
+    assert "A_log (32, 16)" in out and "dt_proj.bias (32,)" in out, out
