@@ -15,7 +15,10 @@
 #     bench      python -m linrec.bench (table, JSON, PNG)
 #     models     python -m tools models-bench (linrec.models: times, selective_scan's peak memory)
 #     complex    python -m tools complex-bench (complex64 recurrences beside float32 and torch.add)
-# Env: LINREC_WHEEL (install this wheel with --no-deps instead of building),
+#     peer       start building mamba_ssm from the sdist $MAMBA_SDIST in the background (sm_90 only;
+#                about 3 minutes with 16 jobs), for the selective step
+#     selective  python -m linrec.bench --selective (after the peer build, where one was started)
+# Env: LINREC_WHEEL (install this wheel with --no-deps instead of building), MAMBA_SDIST,
 #      TORCH_CUDA_ARCH_LIST (default 9.0 when building), TESTS, BENCH_ARGS, TUNE_ARGS, SWEEP_ARGS.
 set -uo pipefail
 out=${1:-${OUT:-results}}
@@ -68,6 +71,19 @@ for step in $steps; do
         tee "$out/bench.txt" | tail -150 ;;
     models) run_tool models-bench --json "$out/models.json" 2>&1 | tee "$out/models.txt" ;;
     complex) run_tool complex-bench --json "$out/complex.json" 2>&1 | tee "$out/complex.txt" ;;
+    peer)
+      peer_dir=$(mktemp -d) && tar xzf "$repo/$MAMBA_SDIST" -C "$peer_dir"
+      peer_src=$(ls -d "$peer_dir"/mamba_ssm-*)
+      # sm_90 only: its setup.py otherwise compiles every architecture it knows.
+      sed -i 's/^\( *\)# HACK: The compiler flag -D_GLIBCXX_USE_CXX11_ABI/\1cc_flag = ["-gencode", "arch=compute_90,code=sm_90"]\n&/' \
+        "$peer_src/setup.py"
+      (cd "$peer_src" && CUDA_HOME=/usr/local/cuda MAMBA_FORCE_BUILD=TRUE \
+        python3 -m pip install --no-build-isolation --no-deps . > "$out/peer_build.log" 2>&1) &
+      peer_build=$! ;;
+    selective)
+      if [ -n "${peer_build:-}" ]; then wait "$peer_build"; echo "mamba_ssm build: exit $?"; fi
+      python3 -m linrec.bench --selective --json "$out/selective.json" ${SELECTIVE_ARGS:-} 2>&1 |
+        tee "$out/selective.txt" | tail -40 ;;
     *) echo "unknown step $step" ;;
   esac
 done

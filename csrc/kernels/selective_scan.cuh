@@ -92,8 +92,11 @@ __device__ __forceinline__ void load_steps(const T* row, int64_t stride, int64_t
 // step c. Each round halves the steps a lane holds: it keeps one half, sends the other.
 template <int kN, typename Acc>
 __device__ __forceinline__ Acc sum_over_lanes(Acc (&v)[kN], int lane) {
+  static_assert(kN >= 2 && kN <= 32 && (kN & (kN - 1)) == 0, "lanes a channel: a power of two");
+  constexpr int kRounds = __builtin_ctz(kN);
 #pragma unroll
-  for (int half = kN / 2; half >= 1; half /= 2) {
+  for (int round = 1; round <= kRounds; ++round) {
+    const int half = kN >> round;  // a count the unroller sees, so that v stays in registers
     const bool upper = lane & half;
 #pragma unroll
     for (int i = 0; i < half; ++i) {
@@ -159,24 +162,29 @@ struct Place {
   }
 };
 
-// One step's per-channel values, loaded by the lane that owns the step.
+// One step's per-channel values, loaded by the lane that owns the step. load() only issues
+// the loads, so that a chunk's can be in flight while the chunk before computes; prepare()
+// then derives dt.
 template <typename V, typename Acc>
 struct StepValues {
-  Acc u = 0, dt = 0, dt_grad_scale = 1, z = 0;
+  Acc u = 0, raw_delta = 0, z = 0, dt = 0, dt_grad_scale = 1;
   bool valid = false;
   int64_t pos = 0;
 
-  __device__ __forceinline__ void load(const SelectiveParams& p, int64_t b, int64_t d, bool active, int64_t t,
-                                       Acc bias) {
+  __device__ __forceinline__ void load(const SelectiveParams& p, int64_t b, int64_t d, bool active, int64_t t) {
     valid = active && t < p.seq_len;
     if (!valid) return;
     pos = p.reverse ? p.seq_len - 1 - t : t;
     const auto at = [&](const Strides3& s) { return b * s.batch + d * s.channel + pos * s.step; };
     u = to_acc<Acc>(static_cast<const V*>(p.u)[at(p.u_strides)]);
-    const Acc raw = to_acc<Acc>(static_cast<const V*>(p.delta)[at(p.delta_strides)]) + bias;
-    dt = p.delta_softplus ? softplus(raw) : raw;
-    if (p.delta_softplus) dt_grad_scale = sigmoid(raw);
+    raw_delta = to_acc<Acc>(static_cast<const V*>(p.delta)[at(p.delta_strides)]);
     if (p.z) z = to_acc<Acc>(static_cast<const V*>(p.z)[at(p.z_strides)]);
+  }
+  __device__ __forceinline__ void prepare(bool delta_softplus, Acc bias) {
+    if (!valid) return;  // dt = 0: the state passes through unchanged, and adds nothing
+    const Acc raw = raw_delta + bias;
+    dt = delta_softplus ? softplus(raw) : raw;
+    if (delta_softplus) dt_grad_scale = sigmoid(raw);
   }
 };
 
@@ -212,10 +220,43 @@ __global__ void __launch_bounds__(kThreads) selective_fwd_kernel(const Selective
   }
   Acc* checkpoints = static_cast<Acc*>(p.checkpoints);
   const int64_t num_ckpt = num_checkpoints(L);
+  // Where a lane's B and C of a chunk fit in a few registers, the next chunk's load while this
+  // one computes, as do the per-step values; otherwise B and C load at the start of their state.
+  constexpr bool kPrefetchBC = kStates * kLanes <= 16;
+  const auto load_bc = [&](int j, int64_t t0, Acc (&Bs)[kLanes], Acc (&Cs)[kLanes]) {
+    const int n = min(j * kLanes + at.lane, int(N) - 1);  // past N: any real row; B = C = 0 below
+    Brows.template load<kLanes>(at.b, at.group, n, L, t0, p.reverse, B_const[j], Bs);
+    Crows.template load<kLanes>(at.b, at.group, n, L, t0, p.reverse, C_const[j], Cs);
+    if (j * kLanes + at.lane >= N) {
+#pragma unroll
+      for (int s = 0; s < kLanes; ++s) Bs[s] = Cs[s] = 0;
+    }
+  };
+  StepValues<V, Acc> next;
+  Acc next_B[kPrefetchBC ? kStates : 1][kLanes], next_C[kPrefetchBC ? kStates : 1][kLanes];
+  next.load(p, at.b, at.d, at.active, at.lane);
+  if constexpr (kPrefetchBC) {
+#pragma unroll
+    for (int j = 0; j < kStates; ++j) load_bc(j, 0, next_B[j], next_C[j]);
+  }
 
   for (int64_t t0 = 0; t0 < L; t0 += kLanes) {
-    StepValues<V, Acc> step;
-    step.load(p, at.b, at.d, at.active, t0 + at.lane, bias);
+    StepValues<V, Acc> step = next;
+    Acc chunk_B[kPrefetchBC ? kStates : 1][kLanes], chunk_C[kPrefetchBC ? kStates : 1][kLanes];
+    if constexpr (kPrefetchBC) {
+#pragma unroll
+      for (int j = 0; j < kStates; ++j)
+#pragma unroll
+        for (int s = 0; s < kLanes; ++s) chunk_B[j][s] = next_B[j][s], chunk_C[j][s] = next_C[j][s];
+    }
+    if (t0 + kLanes < L) {
+      next.load(p, at.b, at.d, at.active, t0 + kLanes + at.lane);
+      if constexpr (kPrefetchBC) {
+#pragma unroll
+        for (int j = 0; j < kStates; ++j) load_bc(j, t0 + kLanes, next_B[j], next_C[j]);
+      }
+    }
+    step.prepare(p.delta_softplus, bias);
     __syncwarp();  // the chunk before has read the shared steps
     shared_dt[at.warp][at.channel_in_warp][at.lane] = step.dt;
     shared_dtu[at.warp][at.channel_in_warp][at.lane] = step.dt * step.u;
@@ -238,16 +279,18 @@ __global__ void __launch_bounds__(kThreads) selective_fwd_kernel(const Selective
     for (int s = 0; s < kLanes; ++s) y[s] = 0;
 #pragma unroll
     for (int j = 0; j < kStates; ++j) {
-      const int n = min(j * kLanes + at.lane, int(N) - 1);  // past N: any real row, times B = C = 0 below
-      const bool real = j * kLanes + at.lane < N;
       Acc Bs[kLanes], Cs[kLanes];
-      Brows.template load<kLanes>(at.b, at.group, n, L, t0, p.reverse, B_const[j], Bs);
-      Crows.template load<kLanes>(at.b, at.group, n, L, t0, p.reverse, C_const[j], Cs);
+      if constexpr (kPrefetchBC) {
+#pragma unroll
+        for (int s = 0; s < kLanes; ++s) Bs[s] = chunk_B[j][s], Cs[s] = chunk_C[j][s];
+      } else {
+        load_bc(j, t0, Bs, Cs);
+      }
 #pragma unroll
       for (int s = 0; s < kLanes; ++s) {
         const Acc a = Decay<Acc>::of(dt[s], scaled_A[j]);
-        h[j] = a * h[j] + dtu[s] * (real ? Bs[s] : Acc(0));
-        y[s] += (real ? Cs[s] : Acc(0)) * h[j];
+        h[j] = a * h[j] + dtu[s] * Bs[s];
+        y[s] += Cs[s] * h[j];
       }
     }
     const Acc sum = sum_over_lanes<kLanes>(y, at.lane);
@@ -343,7 +386,8 @@ __global__ void __launch_bounds__(kThreads) selective_bwd_kernel(const Selective
         if (c == chunks - 1) break;
         const int64_t t0 = span_t0 + c * kLanes;
         StepValues<V, Acc> step;
-        step.load(p, at.b, at.d, at.active, t0 + at.lane, bias);
+        step.load(p, at.b, at.d, at.active, t0 + at.lane);
+        step.prepare(p.delta_softplus, bias);
         __syncwarp();
         shared_dt[at.warp][at.channel_in_warp][at.lane] = step.dt;
         shared_dtu[at.warp][at.channel_in_warp][at.lane] = step.dt * step.u;
@@ -367,12 +411,13 @@ __global__ void __launch_bounds__(kThreads) selective_bwd_kernel(const Selective
     for (int c = chunks - 1; c >= 0; --c) {
       const int64_t t0 = span_t0 + c * kLanes;
       StepValues<V, Acc> step;
-      step.load(p, at.b, at.d, at.active, t0 + at.lane, bias);
+      step.load(p, at.b, at.d, at.active, t0 + at.lane);
       Acc dy = 0;
       if (step.valid) {
         const Strides3& s = p.d_y_strides;
         dy = to_acc<Acc>(static_cast<const V*>(p.d_y)[at.b * s.batch + at.d * s.channel + step.pos * s.step]);
       }
+      step.prepare(p.delta_softplus, bias);
       const Acc g = p.z ? dy * silu(step.z) : dy;
       __syncwarp();
       shared_dt[at.warp][at.channel_in_warp][at.lane] = step.dt;

@@ -286,12 +286,24 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "the torch baselines always run)")
     parser.add_argument("--options", action="store_true",
                         help="also the log_coeffs and cu_seqlens (packed sequences) cases")
+    parser.add_argument("--selective", action="store_true",
+                        help="instead, the selective scan against mamba_ssm's selective_scan_fn (where it imports)")
     parser.add_argument("--json", metavar="PATH", help="write the rows to this JSON file")
     parser.add_argument("--png", metavar="PATH", help="plot the grid cases into this PNG file (needs matplotlib)")
     args = parser.parse_args(argv)
     reason = _cli.cuda_unavailable(compiled_kernels=False)
     if reason:
         return _cli.fail(PROG, reason)
+    if args.selective:
+        from . import bench_selective
+        from ._timing import copy_bandwidth_gbs
+
+        rows = bench_selective.run(args.reps)
+        print(f"device: {torch.cuda.get_device_name()}")
+        bench_selective.print_table(rows)
+        if args.json:
+            write_rows(args.json, copy_bandwidth_gbs(), rows)
+        return 0
     found = implementations()
     missing = [name for name in args.impls or () if name not in found]
     if missing:
