@@ -3,7 +3,8 @@
 # tree), then run the GPU checks. Writes logs and JSON under OUTDIR.
 # Usage: bash scripts/gpu_check.sh [OUTDIR] [STEPS...]   (the device tool passes $OUT)
 #   STEPS (default: tests attrs main sanitizer bench): any of
-#     tests      the pytest suite (GPU tests included), filtered by $TESTS (pytest -k)
+#     tests      the pytest suite (GPU tests included), or the files $TEST_FILES (paths from the
+#                repository root), filtered by $TESTS (pytest -k), with $PYTEST_ARGS (e.g. -n 14)
 #     attrs      python -m linrec.func_attrs (registers, spills)
 #     main       python -m linrec (the main job)
 #     sanitizer  compute-sanitizer memcheck + racecheck over python -m tools sanitize-cases
@@ -19,7 +20,8 @@
 #                about 3 minutes with 16 jobs), for the selective step
 #     selective  python -m linrec.bench --selective (after the peer build, where one was started)
 # Env: LINREC_WHEEL (install this wheel with --no-deps instead of building), MAMBA_SDIST,
-#      TORCH_CUDA_ARCH_LIST (default 9.0 when building), TESTS, BENCH_ARGS, TUNE_ARGS, SWEEP_ARGS.
+#      TORCH_CUDA_ARCH_LIST (default 9.0 when building), TESTS, TEST_FILES, PYTEST_ARGS, BENCH_ARGS,
+#      TUNE_ARGS, SWEEP_ARGS, SELECTIVE_ARGS.
 set -uo pipefail
 out=${1:-${OUT:-results}}
 shift || true
@@ -48,7 +50,8 @@ for step in $steps; do
   echo "== $step"
   case $step in
     tests)
-      python3 -m pytest -q -rfE -p no:cacheprovider "$repo/tests" ${TESTS:+-k "$TESTS"} \
+      paths=(); for f in ${TEST_FILES:-tests}; do paths+=("$repo/$f"); done
+      python3 -m pytest -q -rfE -p no:cacheprovider "${paths[@]}" ${TESTS:+-k "$TESTS"} ${PYTEST_ARGS:-} \
         --junitxml="$out/junit.xml" > "$out/tests.txt" 2>&1
       tail -15 "$out/tests.txt" ;;
     attrs) python3 -m linrec.func_attrs --json "$out/func_attrs.json" | tail -1 ;;
