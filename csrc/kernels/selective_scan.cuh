@@ -188,6 +188,19 @@ struct StepValues {
   }
 };
 
+// The backward's: the step's values and its output gradient.
+template <typename V, typename Acc>
+struct GradStepValues : StepValues<V, Acc> {
+  Acc d_y = 0;
+
+  __device__ __forceinline__ void load(const SelectiveGradParams& p, int64_t b, int64_t d, bool active, int64_t t) {
+    StepValues<V, Acc>::load(p, b, d, active, t);
+    if (!this->valid) return;
+    const Strides3& s = p.d_y_strides;
+    d_y = to_acc<Acc>(static_cast<const V*>(p.d_y)[b * s.batch + d * s.channel + this->pos * s.step]);
+  }
+};
+
 template <typename Acc> __device__ __forceinline__ Acc silu(Acc z) { return z * sigmoid(z); }
 
 // ------------------------------------------------------------------------------------------
@@ -380,13 +393,15 @@ __global__ void __launch_bounds__(kThreads) selective_bwd_kernel(const Selective
         const int n = j * kLanes + at.lane;
         h[j] = at.active && n < N ? checkpoints[((at.b * p.dim + at.d) * num_ckpt + span) * N + n] : Acc(0);
       }
+      StepValues<V, Acc> next;  // the next chunk's, in flight while one computes
+      next.load(p, at.b, at.d, at.active, span_t0 + at.lane);
       for (int c = 0; c < chunks; ++c) {
 #pragma unroll
         for (int j = 0; j < kStates; ++j) chunk_start(c, j) = h[j];
         if (c == chunks - 1) break;
         const int64_t t0 = span_t0 + c * kLanes;
-        StepValues<V, Acc> step;
-        step.load(p, at.b, at.d, at.active, t0 + at.lane);
+        StepValues<V, Acc> step = next;
+        if (c + 2 < chunks) next.load(p, at.b, at.d, at.active, t0 + kLanes + at.lane);
         step.prepare(p.delta_softplus, bias);
         __syncwarp();
         shared_dt[at.warp][at.channel_in_warp][at.lane] = step.dt;
@@ -408,15 +423,13 @@ __global__ void __launch_bounds__(kThreads) selective_bwd_kernel(const Selective
       }
     }
     // The chunks, last to first.
+    GradStepValues<V, Acc> next;
+    next.load(p, at.b, at.d, at.active, span_t0 + (chunks - 1) * kLanes + at.lane);
     for (int c = chunks - 1; c >= 0; --c) {
       const int64_t t0 = span_t0 + c * kLanes;
-      StepValues<V, Acc> step;
-      step.load(p, at.b, at.d, at.active, t0 + at.lane);
-      Acc dy = 0;
-      if (step.valid) {
-        const Strides3& s = p.d_y_strides;
-        dy = to_acc<Acc>(static_cast<const V*>(p.d_y)[at.b * s.batch + at.d * s.channel + step.pos * s.step]);
-      }
+      GradStepValues<V, Acc> step = next;
+      if (c > 0) next.load(p, at.b, at.d, at.active, t0 - kLanes + at.lane);
+      const Acc dy = step.d_y;
       step.prepare(p.delta_softplus, bias);
       const Acc g = p.z ? dy * silu(step.z) : dy;
       __syncwarp();
