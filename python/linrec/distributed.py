@@ -16,6 +16,11 @@ second local pass scans from it.
 Cost a call, each rank: forward two local scans and a product over the coefficients, backward
 two local backward scans; the exchanges move O(world * state) elements. A fused pass that
 gives (A, B) without writing the first scan would save a third of that.
+
+selective_scan is the same for Mamba's scan, whose state is (batch, dim, N): a shard's map
+has A = exp(A_d,n * sum of its dt) and B = its last state from zero. The exchange is an
+autograd function of (A, B) of every rank, so the gradients of a later rank's entering state
+reach the earlier ranks' shards through their own local scans.
 """
 
 from __future__ import annotations
@@ -97,13 +102,17 @@ def _check_same_on_every_rank(inputs, coeffs, initial, dim, reverse, group) -> N
     shape = [s if d != dim else -1 for d, s in enumerate(inputs.shape)] + [-2] * (_MAX_DIMS - inputs.dim())
     meta = [inputs.dim(), dim, _DTYPE_CODES[inputs.dtype], _DTYPE_CODES[coeffs.dtype], int(initial is not None),
             int(reverse), *shape]
-    mine = torch.tensor(meta, dtype=torch.int64, device=_comm_device(inputs, group))
+    _check_meta(meta, inputs, group, "dimensions, dim, dtypes, initial, reverse or shape (all but dim must match): "
+                "[ndim, dim, dtype, coeffs dtype, initial, reverse, shape...]")
+
+
+def _check_meta(meta: list[int], like: torch.Tensor, group, fields: str) -> None:
+    """Raises the same ValueError on every rank where any rank's `meta` differs from this one's."""
+    mine = torch.tensor(meta, dtype=torch.int64, device=_comm_device(like, group))
     everyone = _gather(mine, group)
     if any(not torch.equal(mine, other) for other in everyone):
         rows = "; ".join(f"rank {rank}: {other.tolist()}" for rank, other in enumerate(everyone))
-        raise ValueError("linrec.distributed: the ranks' arguments differ in dimensions, dim, dtypes, initial, "
-                         f"reverse or shape (all but dim must match): [ndim, dim, dtype, coeffs dtype, initial, "
-                         f"reverse, shape...] {rows}")
+        raise ValueError(f"linrec.distributed: the ranks' arguments differ in {fields} {rows}")
 
 
 def _fold(pairs, start):
@@ -176,4 +185,84 @@ class _ShardedScan(torch.autograd.Function):
         return d_inputs, d_coeffs, d_initial, None, None, None
 
 
-__all__ = ["linrec"]
+def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
+                   return_last_state=False, *, initial_state=None, reverse=False, group=None):
+    """linrec.selective_scan over a sequence sharded along its length (the last dim) across the
+    ranks of `group`, in rank order (from the last rank's end with reverse).
+
+    Args:
+        u, delta, A, B, C, D, z, delta_bias, delta_softplus, reverse: as linrec.selective_scan, for
+            this rank's shard (per-step B and C and z sharded like u); every rank passes the same
+            dtypes and shapes but for the length, which may differ, or be 0.
+        initial_state: the state before the sequence's first step, passed on every rank; its
+            gradient is that of all ranks' losses, the same on every rank.
+        return_last_state: also return the state leaving this rank's shard (on the rank that
+            ends the sequence, its last state).
+        group: a torch.distributed process group (None: the default group), or a one-dimensional
+            DeviceMesh.
+
+    Returns:
+        This rank's shard of y (and the state leaving it), differentiable in every tensor argument.
+        The gradients of the tensors every rank holds whole (A, D, delta_bias, per-channel B and C)
+        are this shard's share: sum them over the group, as for any parameter the shards share.
+
+    Raises:
+        ValueError, on every rank: shapes, dtypes or options that differ across ranks, or the
+        arguments linrec.selective_scan refuses.
+    """
+    from ._selective import selective_scan as local_scan
+
+    group = _process_group(group)
+    if not isinstance(u, torch.Tensor) or u.dim() != 3:
+        raise ValueError("linrec.distributed: u must be a (batch, dim, length) tensor")
+    per_step = [t.dim() > 2 if isinstance(t, torch.Tensor) else -1 for t in (B, C)]
+    meta = [*u.shape[:2], _DTYPE_CODES.get(u.dtype, -1), *(A.shape if isinstance(A, torch.Tensor) else (-1, -1)),
+            *per_step, int(initial_state is not None), int(bool(reverse)), int(bool(delta_softplus)),
+            int(delta_bias is not None)]
+    _check_meta(meta, u, group, "[batch, dim, dtype, A's shape, B per step, C per step, initial_state, reverse, "
+                "delta_softplus, delta_bias]:")
+    # This shard's map of its entering state: leaving = decay * entering + from_zero.
+    _, from_zero = local_scan(u, delta, A, B, C, None, None, delta_bias, delta_softplus, True, reverse=reverse)
+    dt = delta.to(from_zero.dtype)
+    if delta_bias is not None:
+        dt = dt + delta_bias.to(dt.dtype).unsqueeze(-1)
+    if delta_softplus:
+        dt = torch.nn.functional.softplus(dt)
+    decay = torch.exp(A.to(dt.dtype) * dt.sum(-1, keepdim=True))
+    start = torch.zeros_like(from_zero) if initial_state is None else initial_state.to(from_zero.dtype)
+    entering = _ExchangeStates.apply(decay, from_zero, start, bool(reverse), group)
+    return local_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state,
+                      initial_state=entering, reverse=reverse)
+
+
+class _ExchangeStates(torch.autograd.Function):
+    """The state entering this rank's shard, from every rank's (decay, from_zero) map and the
+    sequence's start. Backward: with g_k the gradient of rank k's entering state s_k (in scan
+    order), the total gradient of s_k is G_k = g_k + decay_k * G_(k+1); a rank's from_zero gets
+    G of the state after it, its decay that times its own entering state, and the start G_0."""
+
+    @staticmethod
+    def forward(ctx, decay, from_zero, start, reverse, group):
+        maps = _gather(torch.stack([decay, from_zero]), group)
+        order = _ranks_in_scan_order(group, reverse)
+        states = [start]  # states[k]: entering the k-th shard in scan order
+        for rank in order:
+            states.append(maps[rank][0] * states[-1] + maps[rank][1])
+        me = order.index(dist.get_rank(group))
+        ctx.decays = [maps[rank][0] for rank in order]
+        ctx.entering, ctx.me, ctx.order, ctx.group = states[me], me, order, group
+        return states[me].clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        gathered = _gather(grad, ctx.group)
+        total = torch.zeros_like(grad)  # G of the state after the last shard: nothing reads it
+        after_me = None
+        for k in reversed(range(len(ctx.order))):
+            if k == ctx.me:
+                after_me = total
+            total = gathered[ctx.order[k]] + ctx.decays[k] * total
+        return after_me * ctx.entering, after_me, total, None, None
+
+
+__all__ = ["linrec", "selective_scan"]
