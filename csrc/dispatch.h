@@ -89,7 +89,7 @@ constexpr auto PACKED_CONFIG_LIST = product(std::array{4, 8, 16}, std::array{128
                                             std::array{MemCode::kVector}, std::array{AlgoCode::kBlock});
 
 // The selective-scan kernels (selective_scan.cuh), by the states they hold: a call takes the
-// first that holds its N (csrc/tuning/selective_choice.h).
+// first that holds its N (csrc/ops/selective_ops_cuda.cpp).
 constexpr std::array SELECTIVE_CONFIG_LIST{SelectiveConfig{8, 2}, SelectiveConfig{16, 1}, SelectiveConfig{8, 8},
                                            SelectiveConfig{16, 16}};
 

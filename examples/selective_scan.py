@@ -1,4 +1,4 @@
-"""Mamba's selective (S6) scan with linrec.models.selective_scan, checked against a plain loop.
+"""Mamba's selective (S6) scan with linrec.selective_scan, checked against a plain loop.
 
 selective_scan takes the arguments of mamba_ssm's selective_scan_fn and computes, for every
 batch b, channel d and state n (dt = softplus(delta + delta_bias)):
@@ -6,7 +6,7 @@ batch b, channel d and state n (dt = softplus(delta + delta_bias)):
     h[b, d, n, t] = exp(dt[b, d, t] * A[d, n]) * h[b, d, n, t-1] + dt[b, d, t] * B[b, n, t] * u[b, d, t]
     y[b, d, t]    = sum_n C[b, n, t] * h[b, d, n, t] + D[d] * u[b, d, t],  times silu(z[b, d, t])
 
-as linrec.linrec calls over the expanded state, a chunk of states at a time. This script builds
+in one fused op, with no (batch, channels, states, length) tensor. This script builds
 inputs of a small Mamba layer's shapes, runs the scan forward and backward, and compares values
 and gradients with a step-by-step float64 loop.
 
@@ -25,7 +25,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from linrec.models import selective_scan
+from linrec import selective_scan
 
 
 def loop_reference(u, delta, A, B, C, D, z, delta_bias):

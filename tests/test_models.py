@@ -1,210 +1,13 @@
 """linrec.models against step-by-step float64 references written here, on the CPU (and on the
-GPU where there is one): the selective scan, GILR and LS-LSTM, values and gradients."""
+GPU where there is one): GILR and LS-LSTM, values and gradients (the selective scan:
+test_selective_scan.py)."""
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-from linrec.models import GILR, LSLSTM, selective_scan
+from linrec.models import GILR, LSLSTM
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-
-
-def selective_scan_loop(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False):
-    """mamba_ssm's selective scan one step at a time, in float64: returns y and the last state."""
-    u, delta, A, B, C = (t.double() for t in (u, delta, A, B, C))
-    batch, channels, length = u.shape
-    dt = delta + (delta_bias.double()[:, None] if delta_bias is not None else 0)
-    if delta_softplus:
-        dt = torch.log1p(torch.exp(dt))
-
-    def at_step(t, l):  # B or C for step l as (batch, channels, states)
-        if t.dim() == 2:  # input-independent: (channels, states)
-            return t
-        if t.dim() == 3:
-            t = t[:, None]
-        # (batch, groups, states, length): channel d reads group d // (channels // groups)
-        return t[..., l].repeat_interleave(channels // t.shape[1], dim=1)
-
-    state = torch.zeros(batch, channels, A.shape[1], dtype=torch.float64, device=u.device)
-    ys = []
-    for l in range(length):
-        b_l, c_l = at_step(B, l), at_step(C, l)
-        state = torch.exp(dt[..., l, None] * A) * state + (dt[..., l] * u[..., l])[..., None] * b_l
-        ys.append((state * c_l).sum(-1))
-    y = torch.stack(ys, -1) if ys else u.new_zeros(batch, channels, 0)
-    if D is not None:
-        y = y + D.double()[:, None] * u
-    if z is not None:
-        y = y * F.silu(z.double())
-    return y, state
-
-
-def scan_args(batch, channels, states, length, kind, groups=1, device="cpu", dtype=torch.float64):
-    g = torch.Generator().manual_seed(batch * 1000 + length)
-    rand = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).to(device=device, dtype=dtype)  # noqa: E731
-    # Positive step sizes and a negative A: decays in (0, 1], as in a trained model.
-    u, z = rand(batch, channels, length), rand(batch, channels, length)
-    delta = rand(batch, channels, length).abs() * 0.5
-    A = -torch.rand(channels, states, generator=g, dtype=torch.float64).to(device=device, dtype=dtype) * 2
-    if kind == "constant":
-        B, C = rand(channels, states), rand(channels, states)
-    elif kind == "input":
-        B, C = rand(batch, states, length), rand(batch, states, length)
-    elif kind == "mixed":  # constant B, grouped C
-        B, C = rand(channels, states), rand(batch, groups, states, length)
-    else:
-        B, C = rand(batch, groups, states, length), rand(batch, groups, states, length)
-    D, bias = rand(channels), rand(channels).abs()
-    return dict(u=u, delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=bias)
-
-
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("kind,groups", [("constant", 1), ("input", 1), ("grouped", 2)])
-@pytest.mark.parametrize("extras", [False, True], ids=["plain", "D-z-bias-softplus"])
-@pytest.mark.parametrize("length", [1, 37, 300])
-def test_selective_scan_matches_loop(device, kind, groups, extras, length):
-    args = scan_args(2, 4, 3, length, kind, groups, device)
-    if not extras:
-        args = {k: v for k, v in args.items() if k not in ("D", "z", "delta_bias")}
-    y, last = selective_scan(**args, delta_softplus=extras, return_last_state=True)
-    y_ref, last_ref = selective_scan_loop(**args, delta_softplus=extras)
-    torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-10)
-    torch.testing.assert_close(last, last_ref, rtol=1e-10, atol=1e-10)
-
-
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_selective_scan_low_precision_inputs(device, dtype):
-    """16-bit and float32 inputs scan in float32 (exp(dt * A) near 1 does not survive bfloat16)."""
-    args = scan_args(2, 8, 4, 2049, "input", device=device, dtype=dtype)
-    for name in ("delta_bias", "D", "z"):  # the scan alone
-        del args[name]
-    args["delta"] = args["delta"] * 0.01  # decays of 0.99-1: bfloat16 has steps of 0.002-0.004 there
-    y = selective_scan(**args)
-    y_ref, _ = selective_scan_loop(**args)
-    assert y.dtype == dtype
-    # bfloat16 output rounding alone: 0.0016 on the CPU; bfloat16 coefficients would give 0.31.
-    tol = 1e-4 if dtype == torch.float32 else 5e-3
-    assert ((y.double() - y_ref).norm() / y_ref.norm()).item() < tol
-
-
-def test_selective_scan_gradients():
-    args = scan_args(2, 3, 2, 9, "grouped", groups=3)
-    args = {k: v.requires_grad_() for k, v in args.items()}
-    assert torch.autograd.gradcheck(lambda *t: selective_scan(*t, delta_softplus=True), tuple(args.values()))
-
-
-def test_selective_scan_empty_sequence():
-    args = scan_args(2, 3, 4, 0, "input")
-    y, last = selective_scan(**args, return_last_state=True)
-    assert y.shape == (2, 3, 0) and torch.equal(last, torch.zeros(2, 3, 4, dtype=torch.float64))
-
-
-def test_selective_scan_no_states():
-    """With no states the scan adds nothing: y is D * u gated by silu(z)."""
-    args = scan_args(2, 3, 0, 5, "input")
-    y, last = selective_scan(**args, return_last_state=True)
-    y_ref, _ = selective_scan_loop(**args)
-    torch.testing.assert_close(y, y_ref, rtol=1e-12, atol=1e-12)
-    assert last.shape == (2, 3, 0)
-
-
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("kind,groups", [("input", 1), ("grouped", 2), ("mixed", 4)])
-@pytest.mark.parametrize("state_chunk,recompute", [(1, True), (3, True), (3, False), (7, True)])
-def test_selective_scan_state_chunks(device, kind, groups, state_chunk, recompute):
-    """Chunks of states (7 states: chunks of 1, 3 + 3 + 1, all 7) give the loop's values, last
-    state and gradients (autograd through the float64 loop), rebuilt in the backward or kept."""
-    args = scan_args(2, 4, 7, 45, kind, groups, device)
-    args = {k: v.requires_grad_() for k, v in args.items()}
-    y, last = selective_scan(**args, delta_softplus=True, return_last_state=True, state_chunk=state_chunk,
-                             recompute=recompute)
-    y_ref, last_ref = selective_scan_loop(**args, delta_softplus=True)
-    torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-10)
-    torch.testing.assert_close(last, last_ref, rtol=1e-10, atol=1e-10)
-    g = torch.Generator().manual_seed(7)
-    w_y = torch.randn(y.shape, generator=g, dtype=torch.float64).to(device)
-    w_last = torch.randn(last.shape, generator=g, dtype=torch.float64).to(device)
-    grads = torch.autograd.grad((y * w_y).sum() + (last * w_last).sum(), list(args.values()))
-    grads_ref = torch.autograd.grad((y_ref * w_y).sum() + (last_ref * w_last).sum(), list(args.values()))
-    for name, got, want in zip(args, grads, grads_ref):
-        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9, msg=lambda m, name=name: f"d{name}: {m}")
-
-
-def test_selective_scan_chunked_gradcheck():
-    args = scan_args(2, 2, 5, 6, "mixed", groups=2)
-    args = {k: v.requires_grad_() for k, v in args.items()}
-    assert torch.autograd.gradcheck(lambda *t: selective_scan(*t, delta_softplus=True, state_chunk=2),
-                                    tuple(args.values()))
-
-
-def bytes_saved_for_backward(run):
-    """Bytes of the storages autograd keeps for the backward while `run` builds its graph (views
-    of one storage counted once)."""
-    storages = {}
-
-    def pack(t):
-        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        run()
-    return sum(storages.values())
-
-
-def test_selective_scan_recompute_keeps_no_expanded_state():
-    """With recompute (the default), the backward keeps the inputs and a few (batch, channels,
-    length) tensors: less than half of one (batch, channels, states, length) tensor at 32 states
-    and 16 channels. Kept instead, the chunks' coefficients, inputs and states are several."""
-    args = scan_args(2, 16, 32, 50, "input")
-    args = {k: v.requires_grad_() for k, v in args.items()}
-    expanded = 2 * 16 * 32 * 50 * 8
-
-    def run(recompute):
-        return lambda: selective_scan(**args, delta_softplus=True, state_chunk=8, recompute=recompute)
-    assert bytes_saved_for_backward(run(True)) < expanded / 2
-    assert bytes_saved_for_backward(run(False)) > 2 * expanded
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-def test_selective_scan_peak_memory_gpu():
-    """On the GPU, a forward and backward one of 64 states at a time, rebuilt in the backward,
-    peaks below one (batch, channels, states, length) float32 tensor (what it holds is a few
-    (batch, channels, length) tensors and a chunk's); the whole state kept peaks above three."""
-    batch, channels, states, length = 2, 64, 64, 2048
-    args = scan_args(batch, channels, states, length, "input", device="cuda", dtype=torch.float32)
-    args = {k: v.requires_grad_() for k, v in args.items()}
-    expanded = batch * channels * states * length * 4
-
-    def peak(**kwargs):
-        torch.cuda.synchronize()
-        before = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        selective_scan(**args, delta_softplus=True, **kwargs).sum().backward()
-        torch.cuda.synchronize()
-        for t in args.values():
-            t.grad = None
-        return torch.cuda.max_memory_allocated() - before
-    assert peak(state_chunk=1) < expanded
-    assert peak(state_chunk=states, recompute=False) > 3 * expanded
-
-
-@pytest.mark.parametrize("change,message", [
-    (dict(delta=torch.zeros(2, 4, 5)), "delta must have u's shape"),
-    (dict(A=torch.zeros(5, 3)), "A of shape"),
-    (dict(A=torch.zeros(4, 3, dtype=torch.complex64)), "A must be real"),
-    (dict(B=torch.zeros(2, 3, 3, 9)), "B of shape"),
-    (dict(C=torch.zeros(2, 3, 3, 7)), "C has 3 groups, which do not divide channels=4"),
-    (dict(D=torch.zeros(3)), "D of shape"),
-    (dict(z=torch.zeros(2, 4)), "z must have u's shape"),
-    (dict(B=[1.0]), "B must be a tensor"),
-    (dict(state_chunk=0), "state_chunk must be a positive integer, got 0"),
-    (dict(state_chunk=2.0), "state_chunk must be a positive integer, got float"),
-])
-def test_selective_scan_errors_name_the_argument(change, message):
-    args = {**scan_args(2, 4, 3, 7, "input"), **change}
-    with pytest.raises(ValueError, match=message):
-        selective_scan(**args)
 
 
 def gilr_loop(proj, x, h0=None):
@@ -404,47 +207,19 @@ def test_layer_errors_name_the_argument():
 
 
 def test_models_compile_fullgraph():
-    """torch.compile(fullgraph=True) traces the layers and the chunked, checkpointed selective
-    scan without a graph break; values and gradients match the eager calls."""
-    args = scan_args(2, 4, 5, 33, "grouped", groups=2)
-    args = {k: v.requires_grad_() for k, v in args.items()}
-
-    def scan(**a):
-        return selective_scan(**a, delta_softplus=True, state_chunk=2)
+    """torch.compile(fullgraph=True) traces the layers without a graph break; values and
+    gradients match the eager calls."""
     x = torch.randn(7, 3, 5, dtype=torch.float64, requires_grad=True)
     layer = LSLSTM(5, 4, num_layers=2, dtype=torch.float64)
 
     def lslstm(x):
         return layer(x)[0]
-    for fn, inputs in ((scan, args), (lslstm, dict(x=x))):
-        compiled = torch.compile(fn, fullgraph=True, backend="aot_eager")
-        leaves = list(inputs.values()) + (list(layer.parameters()) if fn is lslstm else [])
-        want = fn(**inputs)
-        got = compiled(**inputs)
-        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
-        w = torch.randn_like(want)
-        for g_got, g_want in zip(torch.autograd.grad((got * w).sum(), leaves),
-                                 torch.autograd.grad((want * w).sum(), leaves)):
-            torch.testing.assert_close(g_got, g_want, rtol=1e-10, atol=1e-12)
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-def test_selective_scan_inductor_gpu():
-    """The chunked, checkpointed selective scan compiled by inductor on the GPU, bf16 inputs:
-    values and gradients as the eager call's (both against the float64 loop for the values)."""
-    args = scan_args(2, 8, 6, 300, "grouped", groups=2, device="cuda", dtype=torch.bfloat16)
-    args = {k: v.requires_grad_() for k, v in args.items()}
-
-    def scan(**a):
-        return selective_scan(**a, delta_softplus=True, state_chunk=4)
-    got = torch.compile(scan, fullgraph=True)(**args)
-    want = scan(**args)
-    y_ref, _ = selective_scan_loop(**args, delta_softplus=True)
-    for y in (got, want):
-        assert ((y.double() - y_ref).norm() / y_ref.norm()).item() < 5e-3
-    w = torch.randn_like(want, dtype=torch.float32)
-    leaves = list(args.values())
-    for name, g_got, g_want in zip(args, torch.autograd.grad((got.float() * w).sum(), leaves),
-                                   torch.autograd.grad((want.float() * w).sum(), leaves)):
-        err = ((g_got.double() - g_want.double()).norm() / g_want.double().norm()).item()
-        assert err < 2e-2, f"d{name}: relative error {err}"
+    compiled = torch.compile(lslstm, fullgraph=True, backend="aot_eager")
+    leaves = [x, *layer.parameters()]
+    want = lslstm(x)
+    got = compiled(x)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    w = torch.randn_like(want)
+    for g_got, g_want in zip(torch.autograd.grad((got * w).sum(), leaves),
+                             torch.autograd.grad((want * w).sum(), leaves)):
+        torch.testing.assert_close(g_got, g_want, rtol=1e-10, atol=1e-12)

@@ -24,9 +24,10 @@ OUTPUT = ROOT / "docs" / "api.md"
 
 # (module, members or None for the module's public names, what the section is for)
 SECTIONS = [
-    ("linrec", ["linrec", "build_info", "compiled_configs"], "The recurrence and what the installed build holds."),
+    ("linrec", ["linrec", "selective_scan", "build_info", "compiled_configs"],
+     "The recurrence, Mamba's selective scan and what the installed build holds."),
     ("linrec.distributed", None, "One sequence sharded along its length across the ranks of a process group."),
-    ("linrec.models", None, "Layers built on linrec.linrec."),
+    ("linrec.models", None, "Layers built on linrec.linrec, and the selective scan."),
     ("linrec.impl.python", None, "Reference implementations in plain PyTorch (any device)."),
     ("linrec.impl.cuda", None, "One function per compiled CUDA kernel family (CUDA tensors)."),
     ("linrec.impl.triton", None, "The Triton implementations (CUDA tensors)."),

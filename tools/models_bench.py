@@ -26,8 +26,9 @@ import json
 
 import torch
 
+from linrec import selective_scan
 from linrec._timing import eager_ms
-from linrec.models import GILR, LSLSTM, selective_scan
+from linrec.models import GILR, LSLSTM
 
 
 def fwd_bwd(run):
@@ -89,25 +90,21 @@ def time_selective_scan(rows, batch, channels, states, length, dtype):
     B, C = torch.randn(batch, states, length, **g), torch.randn(batch, states, length, **g)
     D = torch.randn(channels, device="cuda")
     tensors = [u, delta, A, B, C, D, z]
-    # The default (chunks of states within DEFAULT_CHUNK_ELEMENTS, rebuilt in the backward) and
-    # the whole expanded state in one chunk, kept for the backward.
-    variants = {"default": {}, "one chunk, kept": dict(state_chunk=states, recompute=False)}
-    for variant, kwargs in variants.items():
-        def run(kwargs=kwargs):
-            return selective_scan(*tensors, delta_softplus=True, **kwargs)
-        for t in tensors:
-            t.requires_grad_(False)
-        with torch.no_grad():
-            fwd = eager_ms(run)
-        for t in tensors:
-            t.requires_grad_()
-        both = eager_ms(fwd_bwd(run), reps=10, inner=3)
-        peak = peak_mib(fwd_bwd(run))
-        for t in tensors:
-            t.grad = None
-        rows.append(dict(model=f"selective_scan ({variant})", dtype=str(dtype).removeprefix("torch."), batch=batch,
-                         channels=channels, states=states, length=length, fwd_ms=fwd, fwd_bwd_ms=both,
-                         fwd_bwd_peak_mib=peak))
+
+    def run():
+        return selective_scan(*tensors, delta_softplus=True)
+    for t in tensors:
+        t.requires_grad_(False)
+    with torch.no_grad():
+        fwd = eager_ms(run)
+    for t in tensors:
+        t.requires_grad_()
+    both = eager_ms(fwd_bwd(run), reps=10, inner=3)
+    peak = peak_mib(fwd_bwd(run))
+    for t in tensors:
+        t.grad = None
+    rows.append(dict(model="selective_scan", dtype=str(dtype).removeprefix("torch."), batch=batch, channels=channels,
+                     states=states, length=length, fwd_ms=fwd, fwd_bwd_ms=both, fwd_bwd_peak_mib=peak))
 
 
 def kernel_class(name):

@@ -1,6 +1,6 @@
 // The Python module linrec._C_cuda, written against the limited API (abi3): the
 // CUDA kernels. Its ops register themselves (ops_cuda.cpp, STABLE_TORCH_LIBRARY_IMPL)
-// when it loads; the module itself reports the compiled configs and kernel
+// when it loads; the module itself reports the compiled configs (the selective scan's too) and kernel
 // attributes (linrec.compiled_configs, linrec.tune, linrec.func_attrs) and takes
 // the tuning tables (linrec/tuning).
 #include <Python.h>
@@ -141,10 +141,29 @@ PyObject* kernel_choice(PyObject*, PyObject* args) {
   }
 }
 
+// selective_configs(): the selective scan's compiled configs, as (lanes, states_per_lane), in
+// the order the automatic choice tries them.
+PyObject* selective_configs(PyObject*, PyObject*) {
+  PyObject* list = PyList_New(0);
+  if (!list) return nullptr;
+  for (const linrec::SelectiveConfig& c : linrec::cuda_selective_configs()) {
+    PyObject* item = Py_BuildValue("(ii)", c.lanes, c.states_per_lane);
+    if (!item || PyList_Append(list, item) < 0) {
+      Py_XDECREF(item);
+      Py_DECREF(list);
+      return nullptr;
+    }
+    Py_DECREF(item);
+  }
+  return list;
+}
+
 PyMethodDef methods[] = {
     {"compiled_configs", compiled_configs, METH_VARARGS,
      "The compiled TileConfigs of a kernel family for a storage, as (elems_per_thread, threads_per_block, "
      "memcode, algocode)."},
+    {"selective_configs", selective_configs, METH_NOARGS,
+     "The selective scan's compiled configs, as (lanes, states_per_lane)."},
     {"func_attrs", func_attrs, METH_VARARGS, "cudaFuncGetAttributes of one compiled kernel, or None."},
     {"set_tuning_table", set_tuning_table, METH_VARARGS, "Set the tuning table of a device (-1: the default)."},
     {"kernel_choice", kernel_choice, METH_VARARGS, "The tuned kernel and config for a call's shape."},

@@ -1,7 +1,8 @@
-// The ops' schemas (defined once, here) and their CPU kernels: the module
-// linrec._C, which needs only torch's CPU libraries, so it loads next to any
-// torch >= 2.10. The CUDA kernels of the same ops register from their own
-// module (ops_cuda.cpp, linrec._C_cuda), loaded where torch's CUDA matches.
+// The ops' schemas (defined once, here) and the scan's CPU kernels (the selective
+// scan's are in selective_ops.cpp): the module linrec._C, which needs only torch's
+// CPU libraries, so it loads next to any torch >= 2.10. The CUDA kernels of the
+// same ops register from their own module (ops_cuda.cpp, selective_ops_cuda.cpp:
+// linrec._C_cuda), loaded where torch's CUDA matches.
 // Built against the LibTorch stable ABI, so one binary serves every torch >= 2.10.
 #include <optional>
 #include <tuple>
@@ -53,6 +54,21 @@ STABLE_TORCH_LIBRARY(linrec, m) {
       "linrec_bwd(Tensor d_outputs, Tensor coeffs, Tensor outputs, Tensor? initial, int dim, int reverse, "
       "int kernel, int elems_per_thread, int threads_per_block, int memcode, int algocode) "
       "-> (Tensor, Tensor, Tensor)");
+  // The fused selective scan (Mamba's S6; selective_params.h, docs/design/0023-fused-selective-scan.md),
+  // CPU kernels in selective_ops.cpp. The forward returns (y, last_state, checkpoints); the backward
+  // the gradients of u, delta, A, B, C, D, z, delta_bias and initial_state, those of an absent D, z
+  // or delta_bias with 0 elements, d_B and d_C in the float type (float32, float64 for float64 u).
+  // reverse as linrec_fwd's. lanes, states_per_lane: the CUDA kernels' SelectiveConfig, (0, 0) for
+  // the first compiled one that holds N; the CPU kernel checks and ignores them.
+  m.def(
+      "selective_scan_fwd(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
+      "Tensor? delta_bias, Tensor? initial_state, bool delta_softplus, int reverse, int lanes, "
+      "int states_per_lane) -> (Tensor, Tensor, Tensor)");
+  m.def(
+      "selective_scan_bwd(Tensor d_y, Tensor? d_last_state, Tensor u, Tensor delta, Tensor A, Tensor B, "
+      "Tensor C, Tensor? D, Tensor? z, Tensor? delta_bias, Tensor? initial_state, Tensor checkpoints, "
+      "bool delta_softplus, int reverse, int lanes, int states_per_lane) "
+      "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(linrec, CPU, m) {

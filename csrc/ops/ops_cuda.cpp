@@ -4,7 +4,6 @@
 // the build's (python/linrec/_backend.py). Argument checks are ops.cpp's
 // (op_args.h); here a shape becomes a kernel choice, a workspace and a launch
 // on torch's current stream.
-#include <torch/csrc/inductor/aoti_torch/c/shim.h>
 #include <torch/csrc/stable/accelerator.h>
 
 #include <optional>
@@ -12,6 +11,7 @@
 
 #include "../kernels/launch.h"
 #include "../tuning/kernel_choice.h"
+#include "cuda_stream.h"
 #include "op_args.h"
 
 namespace linrec {
@@ -54,13 +54,6 @@ KernelChoice choose(const KernelArgs& args, int64_t seq_len, int64_t num_seqs, b
 std::optional<Tensor> chain_workspace(const Tensor& like, int64_t bytes) {
   if (bytes == 0) return std::nullopt;
   return torch::stable::new_empty(like, std::vector<int64_t>{bytes}, ScalarType::Byte);
-}
-
-void* current_stream(const Tensor& t) {
-  void* stream = nullptr;
-  STD_TORCH_CHECK(aoti_torch_get_current_cuda_stream(t.get_device_index(), &stream) == 0,
-                  "linrec: could not get the current CUDA stream");
-  return stream;
 }
 
 // Picks the kernel for p's shape (`interleaved`: sequences lie nearer each other in memory

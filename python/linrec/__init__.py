@@ -3,6 +3,7 @@
     import linrec
     y = linrec.linrec(x, c)                      # along the last dim
     y = linrec.linrec(x, c, reverse=True, dim=1, initial=h0)
+    y = linrec.selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus=True)  # Mamba's S6
 """
 
 from __future__ import annotations
@@ -36,10 +37,11 @@ from ._backend import NO_CUDA_KERNELS as _NO_CUDA_KERNELS
 from ._dispatch import scan_normalized
 from ._registry import FAMILIES
 from ._segments import check_cu_seqlens, exp_coeffs, scan_segments, segment_initial
+from ._selective import selective_scan
 from ._version import __version__
 
 
-__all__ = ["linrec", "build_info", "compiled_configs", "__version__"]
+__all__ = ["linrec", "selective_scan", "build_info", "compiled_configs", "__version__"]
 
 
 def build_info() -> dict[str, Any]:

@@ -104,13 +104,14 @@ _missing_cuda_kernels = None  # the torch.library.Library holding the registrati
 def register_missing_cuda_kernels(reason: str) -> None:
     """Where linrec._C_cuda is not loaded (linrec/_backend.py), the ops' CUDA kernels raise a
     RuntimeError naming `reason`, not the dispatcher's 'could not run ... with arguments from the
-    CUDA backend'. linrec.linrec sends CUDA tensors to Triton then; these reach direct op calls."""
+    CUDA backend'. linrec.linrec and linrec.selective_scan send CUDA tensors to Triton then; these
+    reach direct op calls."""
     global _missing_cuda_kernels
 
     def unavailable(*args, **kwargs):
-        raise RuntimeError(f"linrec: the compiled CUDA kernels are not loaded: {reason}. linrec.linrec runs the "
-                           "Triton implementation on CUDA tensors instead")
+        raise RuntimeError(f"linrec: the compiled CUDA kernels are not loaded: {reason}. linrec.linrec and "
+                           "linrec.selective_scan run the Triton implementation on CUDA tensors instead")
 
     _missing_cuda_kernels = torch.library.Library("linrec", "IMPL")
-    for name in ("linrec_fwd", "_linrec_fwd", "linrec_bwd"):
+    for name in ("linrec_fwd", "_linrec_fwd", "linrec_bwd", "selective_scan_fwd", "selective_scan_bwd"):
         _missing_cuda_kernels.impl(name, unavailable, "CUDA")

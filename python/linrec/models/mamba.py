@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .selective_scan import selective_scan
+from .._selective import selective_scan
 
 
 def _scan_dtype(x: torch.Tensor) -> torch.dtype:

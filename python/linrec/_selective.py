@@ -1,0 +1,153 @@
+"""linrec.selective_scan: Mamba's selective (S6) scan, fused, with mamba_ssm's selective_scan_fn arguments.
+
+Here the arguments are checked (ValueError naming the argument) and brought into the form the
+ops take (docs/design/0023-fused-selective-scan.md): u, delta and z in one dtype; A, D,
+delta_bias, initial_state and per-channel B and C in the float type (float32, float64 for
+float64 u); per-step B and C as (batch, groups, N, L). Then the compiled op runs (CPU, and CUDA
+devices the build has kernels for), or the Triton implementation on other CUDA devices.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import torch
+
+from ._backend import cuda_backend
+from ._selective_ops import fwd_op, triton_fwd_op
+
+MAX_STATES = 256
+VALUE_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def _check_flag(name, value):
+    if value is not True and value is not False and not (isinstance(value, numbers.Integral) and value in (0, 1)):
+        raise ValueError(f"linrec: {name} must be a bool, got {value!r}")
+    return bool(value)
+
+
+def _check_tensor(name, t, u, required=True):
+    """t is a real floating tensor on u's device (None allowed unless required)."""
+    if t is None and not required:
+        return
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"linrec: {name} must be a tensor, got {type(t).__name__}")
+    if not t.is_floating_point():
+        raise ValueError(f"linrec: {name} has dtype {t.dtype}; expected a real floating dtype")
+    if t.device != u.device:
+        raise ValueError(f"linrec: {name} is on {t.device} but u is on {u.device}")
+
+
+def _check_shape(name, t, shape, expected):
+    if t is not None and tuple(t.shape) != tuple(shape):
+        raise ValueError(f"linrec: {name} of shape {tuple(t.shape)} must be {expected}")
+
+
+def _bc_form(name, t, batch, channels, states, length):
+    """B or C as the ops take it: (channels, states), or per step (batch, groups, states, length)."""
+    if t.dim() == 2:
+        _check_shape(name, t, (channels, states), f"(channels={channels}, states={states})")
+        return t
+    if t.dim() == 3:
+        t = t.unsqueeze(1)
+    if t.dim() != 4 or (t.shape[0], t.shape[2], t.shape[3]) != (batch, states, length):
+        raise ValueError(f"linrec: {name} of shape {tuple(t.shape)} must be (channels={channels}, states={states}), "
+                         f"(batch={batch}, states, length={length}) or (batch, groups, states, length)")
+    if t.shape[1] == 0 or channels % t.shape[1]:
+        raise ValueError(f"linrec: {name} has {t.shape[1]} groups, which do not divide channels={channels}")
+    return t
+
+
+def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                   D: torch.Tensor | None = None, z: torch.Tensor | None = None,
+                   delta_bias: torch.Tensor | None = None, delta_softplus: bool = False,
+                   return_last_state: bool = False, *, initial_state: torch.Tensor | None = None,
+                   reverse: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """The selective scan of Mamba (S6), fused, with the arguments of mamba_ssm's selective_scan_fn.
+
+    For batch b, channel d, state n and step l, with dt = delta (+ delta_bias, through softplus
+    if delta_softplus):
+
+        h[b, d, n, l] = exp(dt[b, d, l] * A[d, n]) * h[b, d, n, l-1] + dt[b, d, l] * B[b, n, l] * u[b, d, l]
+        y[b, d, l]    = (sum_n C[b, n, l] * h[b, d, n, l] + D[d] * u[b, d, l]) * silu(z[b, d, l])
+
+    No (batch, channels, states, length) tensor is made: one kernel walks the sequence with
+    the states in registers, and the backward rescans from a state saved every 128 steps.
+
+    Args:
+        u: (batch, channels, length) inputs, float32, float64, float16 or bfloat16.
+        delta: (batch, channels, length) step sizes (cast to u's dtype).
+        A: (channels, states) real state matrix (diagonal per channel; negative for decay), at
+            most 256 states.
+        B, C: (channels, states), or input-dependent (batch, states, length) or (batch, groups,
+            states, length) with groups dividing channels (B and C alike where both are). Per
+            step, they stay in u's dtype where they have it, and are otherwise cast to float32
+            beside 16-bit u, to u's dtype beside float32 and float64 u.
+        D: optional (channels,) skip connection.
+        z: optional (batch, channels, length) gate: the output is multiplied by silu(z).
+        delta_bias: optional (channels,) added to delta.
+        delta_softplus: apply softplus to delta (after the bias).
+        return_last_state: also return the state after the last step.
+        initial_state: optional (batch, channels, states) state before the first step (zeros
+            when None): with the last state, a long sequence runs as consecutive calls.
+        reverse: scan from the last step to the first.
+
+    Returns:
+        y, (batch, channels, length) in u's dtype; with return_last_state, (y, last_state),
+        last_state (batch, channels, states) in float32 (float64 for float64 u). The scan
+        computes in that float type too. Differentiable (first order) in every tensor argument,
+        initial_state included; gradients come in each argument's dtype and shape.
+
+    Raises:
+        ValueError: a wrong type, dtype, device or shape, naming the argument.
+
+    On CUDA tensors the compiled kernels run when the build has them for the device, the
+    Triton implementation otherwise (LINREC_BACKEND=cuda|triton forces one).
+    """
+    delta_softplus = _check_flag("delta_softplus", delta_softplus)
+    return_last_state = _check_flag("return_last_state", return_last_state)
+    reverse = _check_flag("reverse", reverse)
+    if not isinstance(u, torch.Tensor):
+        raise ValueError(f"linrec: u must be a tensor, got {type(u).__name__}")
+    if u.dtype not in VALUE_DTYPES:
+        raise ValueError(f"linrec: u has dtype {u.dtype}; expected float32, float64, float16 or bfloat16")
+    if u.dim() != 3:
+        raise ValueError(f"linrec: u of shape {tuple(u.shape)} must be (batch, channels, length)")
+    for name, t, required in (("delta", delta, True), ("A", A, True), ("B", B, True), ("C", C, True),
+                              ("D", D, False), ("z", z, False), ("delta_bias", delta_bias, False),
+                              ("initial_state", initial_state, False)):
+        _check_tensor(name, t, u, required)
+    batch, channels, length = u.shape
+    _check_shape("delta", delta, u.shape, f"u's shape {tuple(u.shape)}")
+    _check_shape("z", z, u.shape, f"u's shape {tuple(u.shape)}")
+    if A.dim() != 2 or A.shape[0] != channels:
+        raise ValueError(f"linrec: A of shape {tuple(A.shape)} must be (channels={channels}, states)")
+    states = A.shape[1]
+    if states > MAX_STATES:
+        raise ValueError(f"linrec: A has {states} states; the selective scan takes at most {MAX_STATES}")
+    _check_shape("D", D, (channels,), f"(channels={channels},)")
+    _check_shape("delta_bias", delta_bias, (channels,), f"(channels={channels},)")
+    _check_shape("initial_state", initial_state, (batch, channels, states),
+                 f"(batch={batch}, channels={channels}, states={states})")
+    B = _bc_form("B", B, batch, channels, states, length)
+    C = _bc_form("C", C, batch, channels, states, length)
+    per_step = [t for t in (B, C) if t.dim() == 4]
+    if len(per_step) == 2 and B.shape[1] != C.shape[1]:
+        raise ValueError(f"linrec: C has {C.shape[1]} groups but B has {B.shape[1]}; per-step B and C share their groups")
+
+    acc = torch.float64 if u.dtype == torch.float64 else torch.float32
+    if all(t.dtype == u.dtype for t in per_step):
+        bc_dtype = u.dtype
+    else:
+        bc_dtype = torch.float32 if u.dtype in (torch.float16, torch.bfloat16) else u.dtype
+    B, C = (t.to(bc_dtype if t.dim() == 4 else acc) for t in (B, C))
+    delta, z = (None if t is None else t.to(u.dtype) for t in (delta, z))
+    A, D, delta_bias, initial_state = (None if t is None else t.to(acc) for t in (A, D, delta_bias, initial_state))
+
+    args = (u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse)
+    device = u.device.index if u.device.index is not None else (torch.cuda.current_device() if u.is_cuda else 0)
+    if u.is_cuda and cuda_backend(device) == "triton":
+        y, last_state, _ = triton_fwd_op(*args)
+    else:
+        y, last_state, _ = fwd_op(*args, 0, 0)  # lanes, states_per_lane: the first config that holds N
+    return (y, last_state) if return_last_state else y

@@ -1,0 +1,134 @@
+"""What torch.library knows of the fused selective scan's ops.
+
+linrec::selective_scan_fwd / selective_scan_bwd are compiled (schemas in csrc/ops/ops.cpp, CPU
+and CUDA kernels); linrec::_selective_scan_fwd_triton / _selective_scan_bwd_triton are the
+Triton implementation (impl/triton_selective.py) as Python custom ops, imported only when a call
+takes them. Both pairs take normalised arguments (linrec/_selective.py) and share the fake
+kernels and the autograd here: the forward keeps its inputs and checkpoints, the backward op
+gives every gradient at once. Gradients are first order (the backward ops are not
+differentiable).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _C  # noqa: F401  (loading it registers the ops)
+
+CHECKPOINT_STEPS = 128  # csrc/selective_params.h: the forward saves the state every 128 steps
+
+fwd_op = torch.ops.linrec.selective_scan_fwd
+bwd_op = torch.ops.linrec.selective_scan_bwd
+
+
+def _check_fake_args(named_tensors, reverse, config):
+    """Checks of csrc/ops/selective_args.h that need no data, in the fake kernels: torch.compile
+    traces these, and the dispatcher sends here any call with a meta tensor among its arguments,
+    where a CPU tensor beside it must not come back as an uninitialised result."""
+    (_, u), *others = named_tensors
+    for name, t in others:
+        if t is not None and t.device != u.device:
+            raise RuntimeError(f"linrec: {name} is on a different device than u")
+    if reverse not in (0, 1):
+        raise RuntimeError(f"linrec: reverse must be a bool (or 0 / 1), got {reverse}")
+    if config:
+        lanes, states_per_lane = config
+        if lanes < 0 or states_per_lane < 0 or (lanes == 0) != (states_per_lane == 0):
+            raise RuntimeError(f"linrec: lanes={lanes} and states_per_lane={states_per_lane} must both be 0 "
+                               "(automatic) or both positive")
+
+
+def _acc_dtype(u):
+    return torch.float64 if u.dtype == torch.float64 else torch.float32
+
+
+def _named(names, tensors):
+    return tuple(zip(names.split(), tensors))
+
+
+def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse, *config):
+    _check_fake_args(_named("u delta A B C D z delta_bias initial_state",
+                            (u, delta, A, B, C, D, z, delta_bias, initial_state)), reverse, config)
+    batch, dim, length = u.shape
+    states = A.shape[1]
+    acc = _acc_dtype(u)
+    checkpoints = (length + CHECKPOINT_STEPS - 1) // CHECKPOINT_STEPS
+    return (u.new_empty(batch, dim, length), u.new_empty(batch, dim, states, dtype=acc),
+            u.new_empty(batch, dim, checkpoints, states, dtype=acc))
+
+
+def _bwd_fake(d_y, d_last_state, u, delta, A, B, C, D, z, delta_bias, initial_state, checkpoints, delta_softplus,
+              reverse, *config):
+    _check_fake_args(_named("u d_y d_last_state delta A B C D z delta_bias initial_state checkpoints",
+                            (u, d_y, d_last_state, delta, A, B, C, D, z, delta_bias, initial_state, checkpoints)),
+                     reverse, config)
+    batch, dim, length = u.shape
+    states = A.shape[1]
+    acc = _acc_dtype(u)
+
+    def bc_grad(t):  # per step (batch, groups, N, L) or per channel (dim, N), in the float type
+        return u.new_empty(t.shape if t.dim() == 4 else (dim, states), dtype=acc)
+
+    def optional_grad(t, shape, dtype):
+        return u.new_empty(shape if t is not None else (0,), dtype=dtype)
+    return (u.new_empty(u.shape), u.new_empty(u.shape), u.new_empty(dim, states, dtype=acc), bc_grad(B), bc_grad(C),
+            optional_grad(D, (dim,), acc), optional_grad(z, u.shape, u.dtype),
+            optional_grad(delta_bias, (dim,), acc), u.new_empty(batch, dim, states, dtype=acc))
+
+
+torch.library.register_fake("linrec::selective_scan_fwd", _fwd_fake)
+torch.library.register_fake("linrec::selective_scan_bwd", _bwd_fake)
+
+
+# -- The Triton implementation as custom ops (its module is imported on the first call)
+
+
+@torch.library.custom_op("linrec::_selective_scan_fwd_triton", mutates_args=())
+def triton_fwd_op(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                  D: torch.Tensor | None, z: torch.Tensor | None, delta_bias: torch.Tensor | None,
+                  initial_state: torch.Tensor | None, delta_softplus: bool,
+                  reverse: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    from .impl.triton_selective import selective_scan_fwd
+
+    return selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse)
+
+
+@torch.library.custom_op("linrec::_selective_scan_bwd_triton", mutates_args=())
+def triton_bwd_op(d_y: torch.Tensor, d_last_state: torch.Tensor | None, u: torch.Tensor, delta: torch.Tensor,
+                  A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, D: torch.Tensor | None, z: torch.Tensor | None,
+                  delta_bias: torch.Tensor | None, initial_state: torch.Tensor | None, checkpoints: torch.Tensor,
+                  delta_softplus: bool, reverse: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                                                torch.Tensor, torch.Tensor, torch.Tensor,
+                                                                torch.Tensor, torch.Tensor, torch.Tensor]:
+    from .impl.triton_selective import selective_scan_bwd
+
+    return selective_scan_bwd(d_y, d_last_state, u, delta, A, B, C, D, z, delta_bias, initial_state, checkpoints,
+                              delta_softplus, reverse)
+
+
+triton_fwd_op.register_fake(_fwd_fake)
+triton_bwd_op.register_fake(_bwd_fake)
+
+
+# -- Autograd, for both pairs
+
+_TENSOR_ARGS = 9  # u, delta, A, B, C, D, z, delta_bias, initial_state; then delta_softplus, reverse (, config)
+
+
+def _setup_context(ctx, inputs, output):
+    _, _, checkpoints = output
+    ctx.mark_non_differentiable(checkpoints)
+    ctx.config = inputs[_TENSOR_ARGS:]
+    ctx.save_for_backward(*inputs[:_TENSOR_ARGS], checkpoints)
+
+
+def _backward(bwd, ctx, d_y, d_last_state, _):
+    *tensors, checkpoints = ctx.saved_tensors
+    grads = bwd(d_y, d_last_state, *tensors, checkpoints, *ctx.config)
+    # The ops give d_B and d_C in the float type; per-step B and C may be 16-bit.
+    return (*(None if t is None else g.to(t.dtype) for t, g in zip(tensors, grads)), *([None] * len(ctx.config)))
+
+
+torch.library.register_autograd("linrec::selective_scan_fwd", lambda ctx, *g: _backward(bwd_op, ctx, *g),
+                                setup_context=_setup_context)
+triton_fwd_op.register_autograd(lambda ctx, *g: _backward(triton_bwd_op, ctx, *g), setup_context=_setup_context)
