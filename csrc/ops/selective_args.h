@@ -73,7 +73,9 @@ inline BCArg check_bc(const Tensor& t, const char* name, const Tensor& u, Scalar
   const int64_t groups = t.size(1);
   STD_TORCH_CHECK(groups >= 1 && dim % groups == 0, "linrec: ", name, " has ", groups,
                   " groups, which do not divide dim=", dim);
-  return {true, groups, {t.stride(0), t.stride(1), t.stride(2), t.stride(3)}};
+  // A size-1 dim's stride is never stepped over: as 0 it cannot spoil the kernels' alignment check.
+  const auto stride = [&](int64_t k) { return t.size(k) == 1 ? int64_t(0) : t.stride(k); };
+  return {true, groups, {stride(0), stride(1), stride(2), t.stride(3)}};
 }
 
 // The checked forward arguments, as the params of either op read them.
