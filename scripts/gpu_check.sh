@@ -18,6 +18,7 @@
 #     complex    python -m tools complex-bench (complex64 recurrences beside float32 and torch.add)
 #     peer       start building mamba_ssm from the sdist $MAMBA_SDIST in the background (sm_90 only;
 #                about 3 minutes with 16 jobs), for the selective step
+#     peer-tests the tests that compare with mamba_ssm (tests/test_mamba.py -k mamba_ssm), after the build
 #     selective  python -m linrec.bench --selective (after the peer build, where one was started)
 # Env: LINREC_WHEEL (install this wheel with --no-deps instead of building), MAMBA_SDIST,
 #      TORCH_CUDA_ARCH_LIST (default 9.0 when building), TESTS, TEST_FILES, PYTEST_ARGS, BENCH_ARGS,
@@ -45,6 +46,12 @@ cd /tmp  # import the installed package, not the source tree
 # package) is not on sys.path there, so they too import the installed linrec.
 run_tool() { (cd "$repo" && python3 -m tools "$@"); }
 python3 -m linrec --info > "$out/info.json"; head -6 "$out/info.json"
+
+wait_for_peer() {
+  if [ -n "${peer_build:-}" ]; then
+    wait "$peer_build"; echo "mamba_ssm build: exit $?"; tail -2 "$out/peer_build.log"; peer_build=
+  fi
+}
 
 for step in $steps; do
   echo "== $step"
@@ -83,8 +90,11 @@ for step in $steps; do
       (cd "$peer_src" && CUDA_HOME=/usr/local/cuda MAMBA_FORCE_BUILD=TRUE \
         python3 -m pip install --no-build-isolation --no-deps . > "$out/peer_build.log" 2>&1) &
       peer_build=$! ;;
+    peer-tests)
+      wait_for_peer
+      python3 -m pytest -q -rfE -p no:cacheprovider "$repo/tests/test_mamba.py" -k mamba_ssm 2>&1 | tail -5 ;;
     selective)
-      if [ -n "${peer_build:-}" ]; then wait "$peer_build"; echo "mamba_ssm build: exit $?"; fi
+      wait_for_peer
       python3 -m linrec.bench --selective --json "$out/selective.json" ${SELECTIVE_ARGS:-} 2>&1 |
         tee "$out/selective.txt" | tail -40 ;;
     *) echo "unknown step $step" ;;
