@@ -419,9 +419,10 @@ def compare(name, got, want, tol):
         assert err < tol, f"{name}: relative error {err}"
 
 
-def check_gpu_call(fwd, bwd, args, options, tol, config=None):
-    """fwd / bwd (the ops with a config, or the Triton functions) on the GPU against the CPU op."""
-    (y_ref, last_ref, ckpt_ref), grads_ref = cpu_op_results(args, options)
+def check_gpu_call(fwd, bwd, args, options, tol, config=None, expected=None):
+    """fwd / bwd (the ops with a config, or the Triton functions) on the GPU against the CPU op
+    (`expected`: its results, if already at hand)."""
+    (y_ref, last_ref, ckpt_ref), grads_ref = expected or cpu_op_results(args, options)
     a = op_args(args, **options, **({"config": config} if config else {}))
     if config is None:  # the Triton functions: no config, reverse a bool
         a = a[:10] + (bool(a[10]),)
@@ -463,8 +464,10 @@ def test_cuda_kernels_match_cpu(case, dtype):
     for reverse in (0, 1):
         args = to_device(make_args(batch, channels, states, length, b_form, c_form, groups, seed=length + reverse),
                          "cuda", dtype)
+        options = dict(softplus=True, reverse=reverse)
+        expected = cpu_op_results(args, options)
         for config in configs:
-            check_gpu_call(fwd_op, bwd_op, args, dict(softplus=True, reverse=reverse), tol, config)
+            check_gpu_call(fwd_op, bwd_op, args, options, tol, config, expected)
 
 
 @needs_cuda_kernels
@@ -516,6 +519,22 @@ def test_compiled_by_inductor_on_cuda():
     torch.testing.assert_close(last, last_e)
     for name in args:
         torch.testing.assert_close(grads[name], grads_e[name])
+
+
+@needs_cuda_kernels
+@pytest.mark.gpu
+def test_no_expanded_state_on_cuda():
+    """A forward and backward peaks far below one (batch, channels, states, length) float32
+    tensor: what it holds is the inputs, their gradients and the checkpoints."""
+    batch, channels, states, length = 2, 64, 64, 2048
+    args = to_device(make_args(batch, channels, states, length, "step", "step", seed=6), "cuda", torch.float32)
+    args = {k: v.requires_grad_() for k, v in args.items()}
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    linrec.selective_scan(**{k: v for k, v in args.items() if k != "initial_state"}, delta_softplus=True).sum().backward()
+    torch.cuda.synchronize()
+    assert torch.cuda.max_memory_allocated() - before < batch * channels * states * length * 4 / 8
 
 
 def triton_selective():
