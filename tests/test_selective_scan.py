@@ -33,7 +33,8 @@ def reference(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus
             return t[None]
         if t.dim() == 3:
             t = t[:, None]
-        return t[..., l].repeat_interleave(channels // t.shape[1], dim=1)  # channel d reads group d // (channels / groups)
+        # channel d reads group d // (channels / groups)
+        return t[..., l].repeat_interleave(channels // t.shape[1], dim=1)
 
     h = (initial_state.double() if initial_state is not None
          else torch.zeros(batch, channels, A.shape[1], dtype=torch.float64, device=u.device))
@@ -311,7 +312,8 @@ BAD_ARGS = [
     ("delta_bias", dict(delta_bias=torch.zeros(4, 1)), r"delta_bias of shape \(4, 1\)"),
     ("delta_bias", dict(delta_bias=torch.zeros(4, dtype=torch.bool)), "delta_bias has dtype torch.bool"),
     ("initial_state", dict(initial_state=torch.zeros(2, 4)), r"initial_state of shape \(2, 4\)"),
-    ("initial_state", dict(initial_state=torch.zeros(2, 4, 3, device="meta")), "initial_state is on meta but u is on cpu"),
+    ("initial_state", dict(initial_state=torch.zeros(2, 4, 3, device="meta")),
+     "initial_state is on meta but u is on cpu"),
     ("delta_softplus", dict(delta_softplus="yes"), "delta_softplus must be a bool, got 'yes'"),
     ("return_last_state", dict(return_last_state=None), "return_last_state must be a bool, got None"),
     ("reverse", dict(reverse=2), "reverse must be a bool, got 2"),
@@ -532,7 +534,8 @@ def test_no_expanded_state_on_cuda():
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
-    linrec.selective_scan(**{k: v for k, v in args.items() if k != "initial_state"}, delta_softplus=True).sum().backward()
+    args.pop("initial_state")
+    linrec.selective_scan(**args, delta_softplus=True).sum().backward()
     torch.cuda.synchronize()
     assert torch.cuda.max_memory_allocated() - before < batch * channels * states * length * 4 / 8
 
