@@ -33,7 +33,8 @@ def reference(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus
             return t[None]
         if t.dim() == 3:
             t = t[:, None]
-        return t[..., l].repeat_interleave(channels // t.shape[1], dim=1)  # channel d reads group d // (channels / groups)
+        # channel d reads group d // (channels / groups)
+        return t[..., l].repeat_interleave(channels // t.shape[1], dim=1)
 
     h = (initial_state.double() if initial_state is not None
          else torch.zeros(batch, channels, A.shape[1], dtype=torch.float64, device=u.device))
@@ -311,7 +312,8 @@ BAD_ARGS = [
     ("delta_bias", dict(delta_bias=torch.zeros(4, 1)), r"delta_bias of shape \(4, 1\)"),
     ("delta_bias", dict(delta_bias=torch.zeros(4, dtype=torch.bool)), "delta_bias has dtype torch.bool"),
     ("initial_state", dict(initial_state=torch.zeros(2, 4)), r"initial_state of shape \(2, 4\)"),
-    ("initial_state", dict(initial_state=torch.zeros(2, 4, 3, device="meta")), "initial_state is on meta but u is on cpu"),
+    ("initial_state", dict(initial_state=torch.zeros(2, 4, 3, device="meta")),
+     "initial_state is on meta but u is on cpu"),
     ("delta_softplus", dict(delta_softplus="yes"), "delta_softplus must be a bool, got 'yes'"),
     ("return_last_state", dict(return_last_state=None), "return_last_state must be a bool, got None"),
     ("reverse", dict(reverse=2), "reverse must be a bool, got 2"),
@@ -419,9 +421,10 @@ def compare(name, got, want, tol):
         assert err < tol, f"{name}: relative error {err}"
 
 
-def check_gpu_call(fwd, bwd, args, options, tol, config=None):
-    """fwd / bwd (the ops with a config, or the Triton functions) on the GPU against the CPU op."""
-    (y_ref, last_ref, ckpt_ref), grads_ref = cpu_op_results(args, options)
+def check_gpu_call(fwd, bwd, args, options, tol, config=None, expected=None):
+    """fwd / bwd (the ops with a config, or the Triton functions) on the GPU against the CPU op
+    (`expected`: its results, if already at hand)."""
+    (y_ref, last_ref, ckpt_ref), grads_ref = expected or cpu_op_results(args, options)
     a = op_args(args, **options, **({"config": config} if config else {}))
     if config is None:  # the Triton functions: no config, reverse a bool
         a = a[:10] + (bool(a[10]),)
@@ -463,8 +466,10 @@ def test_cuda_kernels_match_cpu(case, dtype):
     for reverse in (0, 1):
         args = to_device(make_args(batch, channels, states, length, b_form, c_form, groups, seed=length + reverse),
                          "cuda", dtype)
+        options = dict(softplus=True, reverse=reverse)
+        expected = cpu_op_results(args, options)
         for config in configs:
-            check_gpu_call(fwd_op, bwd_op, args, dict(softplus=True, reverse=reverse), tol, config)
+            check_gpu_call(fwd_op, bwd_op, args, options, tol, config, expected)
 
 
 @needs_cuda_kernels
@@ -516,6 +521,23 @@ def test_compiled_by_inductor_on_cuda():
     torch.testing.assert_close(last, last_e)
     for name in args:
         torch.testing.assert_close(grads[name], grads_e[name])
+
+
+@needs_cuda_kernels
+@pytest.mark.gpu
+def test_no_expanded_state_on_cuda():
+    """A forward and backward peaks far below one (batch, channels, states, length) float32
+    tensor: what it holds is the inputs, their gradients and the checkpoints."""
+    batch, channels, states, length = 2, 64, 64, 2048
+    args = to_device(make_args(batch, channels, states, length, "step", "step", seed=6), "cuda", torch.float32)
+    args = {k: v.requires_grad_() for k, v in args.items()}
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    args.pop("initial_state")
+    linrec.selective_scan(**args, delta_softplus=True).sum().backward()
+    torch.cuda.synchronize()
+    assert torch.cuda.max_memory_allocated() - before < batch * channels * states * length * 4 / 8
 
 
 def triton_selective():

@@ -76,8 +76,8 @@ void fwd(const SelectiveParams& p) {
       const Channel<V, BC, Acc> ch(p, bd);
       for (int64_t n = 0; n < N; ++n) h[n] = p.initial ? static_cast<const Acc*>(p.initial)[ch.state_at(n)] : Acc(0);
       for (int64_t t = 0; t < L; ++t) {
-        if (t % kCheckpointSteps == 0)
-          for (int64_t n = 0; n < N; ++n) static_cast<Acc*>(p.checkpoints)[ch.checkpoint_at(t / kCheckpointSteps, n)] = h[n];
+        if (t % kCheckpointSteps == 0)  // the state entering step t
+          std::copy(h.begin(), h.end(), static_cast<Acc*>(p.checkpoints) + ch.checkpoint_at(t / kCheckpointSteps, 0));
         const Acc dt = ch.dt(ch.raw_dt(t)), u = ch.u(t);
         Acc y = 0;
         for (int64_t n = 0; n < N; ++n) {

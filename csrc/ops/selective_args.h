@@ -45,8 +45,8 @@ inline void check_arg(const Tensor& t, const char* name, const Tensor& u, Scalar
   check_defined(t, name);
   STD_TORCH_CHECK(t.device() == u.device(), "linrec: ", name, " is on a different device than u");
   STD_TORCH_CHECK(has_shape(t, shape), "linrec: ", name, " has shape ", shape_text(t), "; expected ", expected);
-  STD_TORCH_CHECK(t.scalar_type() == dtype, "linrec: ", name, " has dtype ", torch::headeronly::toString(t.scalar_type()),
-                  "; expected ", torch::headeronly::toString(dtype));
+  STD_TORCH_CHECK(t.scalar_type() == dtype, "linrec: ", name, " has dtype ",
+                  torch::headeronly::toString(t.scalar_type()), "; expected ", torch::headeronly::toString(dtype));
 }
 
 inline Strides3 strides3(const Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }

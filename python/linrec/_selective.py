@@ -133,7 +133,8 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
     C = _bc_form("C", C, batch, channels, states, length)
     per_step = [t for t in (B, C) if t.dim() == 4]
     if len(per_step) == 2 and B.shape[1] != C.shape[1]:
-        raise ValueError(f"linrec: C has {C.shape[1]} groups but B has {B.shape[1]}; per-step B and C share their groups")
+        raise ValueError(f"linrec: C has {C.shape[1]} groups but B has {B.shape[1]}; per-step B and C share their "
+                         "groups")
 
     acc = torch.float64 if u.dtype == torch.float64 else torch.float32
     if all(t.dtype == u.dtype for t in per_step):
