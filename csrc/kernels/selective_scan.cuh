@@ -36,6 +36,7 @@ namespace linrec::selective {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
+constexpr size_t kMaxSharedBytes = 160 * 1024;  // a block's dynamic shared memory, within sm_80's and sm_90's
 constexpr unsigned kFullMask = 0xffffffffu;
 
 // exp(dt * A) as exp2(dt * A'), A' = A * log2(e) taken once per state: one MUFU.EX2 a step
@@ -360,7 +361,10 @@ __global__ void __launch_bounds__(kThreads) selective_bwd_kernel(const Selective
   const int64_t channels_per_group = p.dim / p.groups;
   const int64_t first_group = at.d0 / channels_per_group;
   // Whether the warp's channels share a group, so that their d_B, d_C add before the atomics.
-  const bool warp_one_group = __all_sync(kFullMask, !at.active || at.group == __shfl_sync(kFullMask, at.group, 0));
+  // (Lane 0's group read by every lane first: a shuffle inside the || would leave out the lanes
+  // past dim, and the warp would wait for them forever.)
+  const int64_t lane0_group = __shfl_sync(kFullMask, at.group, 0);
+  const bool warp_one_group = __all_sync(kFullMask, !at.active || at.group == lane0_group);
 
   Acc scaled_A[kStates], A_raw[kStates], B_const[kStates], C_const[kStates];
   Acc dh_carry[kStates], dA_sum[kStates], dB_sum[kStates], dC_sum[kStates];
@@ -375,8 +379,10 @@ __global__ void __launch_bounds__(kThreads) selective_bwd_kernel(const Selective
     dh_carry[j] = real && p.d_last_state ? static_cast<const Acc*>(p.d_last_state)[state_base + n] : Acc(0);
     dA_sum[j] = dB_sum[j] = dC_sum[j] = 0;
   }
-  if (use_tile)
+  if (use_tile) {
     for (int i = threadIdx.x; i < 2 * kTileSize; i += kThreads) tile_B[i] = 0;  // tile_C follows tile_B
+    __syncthreads();
+  }
   Acc dD_sum = 0, dbias_sum = 0;
   const Acc* checkpoints = static_cast<const Acc*>(p.checkpoints);
   const int64_t num_ckpt = num_checkpoints(L);
@@ -592,9 +598,13 @@ void launch_bwd(const SelectiveGradParams& p, cudaStream_t stream) {
   // The shared tile adds a block's channels before the atomics; it needs them in at most
   // kTileSlots groups, which holds where a group has at least a block's channels.
   const int64_t per_block = Place<kConfig.lanes>::kChannelsPerBlock;
-  const bool use_tile = (p.b_per_step || p.c_per_step) && p.dim / p.groups >= per_block;
+  // Where the tiles would not fit beside the chunk starts (float64 at the widest config), the
+  // warps add into global memory directly.
   const size_t starts = sizeof(Acc) * S::kChunksPerSpan * kConfig.states_per_lane * kThreads;
-  const size_t tiles = use_tile ? sizeof(Acc) * 2 * S::kTileSlots * S::kMaxStates * kConfig.lanes : 0;
+  const size_t tile_bytes = sizeof(Acc) * 2 * S::kTileSlots * S::kMaxStates * kConfig.lanes;
+  const bool use_tile = (p.b_per_step || p.c_per_step) && p.dim / p.groups >= per_block &&
+                        starts + tile_bytes <= kMaxSharedBytes;
+  const size_t tiles = use_tile ? tile_bytes : 0;
   const size_t bytes = starts + tiles;
   if (bytes > 48 * 1024) {
     const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
