@@ -36,7 +36,6 @@ namespace linrec::selective {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
-constexpr size_t kMaxSharedBytes = 160 * 1024;  // a block's dynamic shared memory, within sm_80's and sm_90's
 constexpr unsigned kFullMask = 0xffffffffu;
 
 // exp(dt * A) as exp2(dt * A'), A' = A * log2(e) taken once per state: one MUFU.EX2 a step
@@ -577,6 +576,17 @@ bool bc_rows_vector(const SelectiveParams& p) {
   return aligned(p.B, p.b_strides, p.b_per_step) && aligned(p.C, p.c_strides, p.c_per_step);
 }
 
+// The shared memory a block of the current device may opt in to (0 if the query fails).
+inline size_t max_shared_bytes() {
+  int device = 0, bytes = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    cudaGetLastError();  // answered with 0, not left for the launch check to report
+    return 0;
+  }
+  return size_t(bytes);
+}
+
 template <int kLanes>
 int64_t num_blocks(const SelectiveParams& p) {
   constexpr int64_t per_block = Place<kLanes>::kChannelsPerBlock;
@@ -603,7 +613,7 @@ void launch_bwd(const SelectiveGradParams& p, cudaStream_t stream) {
   const size_t starts = sizeof(Acc) * S::kChunksPerSpan * kConfig.states_per_lane * kThreads;
   const size_t tile_bytes = sizeof(Acc) * 2 * S::kTileSlots * S::kMaxStates * kConfig.lanes;
   const bool use_tile = (p.b_per_step || p.c_per_step) && p.dim / p.groups >= per_block &&
-                        starts + tile_bytes <= kMaxSharedBytes;
+                        starts + tile_bytes <= max_shared_bytes();
   const size_t tiles = use_tile ? tile_bytes : 0;
   const size_t bytes = starts + tiles;
   if (bytes > 48 * 1024) {
