@@ -173,6 +173,7 @@ struct StepValues {
 
   __device__ __forceinline__ void load(const SelectiveParams& p, int64_t b, int64_t d, bool active, int64_t t) {
     valid = active && t < p.seq_len;
+    u = raw_delta = z = 0;  // past the end: zeros, not the values of a step loaded before
     if (!valid) return;
     pos = p.reverse ? p.seq_len - 1 - t : t;
     const auto at = [&](const Strides3& s) { return b * s.batch + d * s.channel + pos * s.step; };
@@ -195,6 +196,7 @@ struct GradStepValues : StepValues<V, Acc> {
 
   __device__ __forceinline__ void load(const SelectiveGradParams& p, int64_t b, int64_t d, bool active, int64_t t) {
     StepValues<V, Acc>::load(p, b, d, active, t);
+    d_y = 0;
     if (!this->valid) return;
     const Strides3& s = p.d_y_strides;
     d_y = to_acc<Acc>(static_cast<const V*>(p.d_y)[b * s.batch + d * s.channel + this->pos * s.step]);
