@@ -20,6 +20,7 @@
 #                about 3 minutes with 16 jobs), for the selective step
 #     peer-tests the tests that compare with mamba_ssm (tests/test_mamba.py -k mamba_ssm), after the build
 #     selective  python -m linrec.bench --selective (after the peer build, where one was started)
+#     selective-configs  python -m tools selective-configs (each compiled selective-scan config's time)
 # Env: LINREC_WHEEL (install this wheel with --no-deps instead of building), MAMBA_SDIST,
 #      TORCH_CUDA_ARCH_LIST (default 9.0 when building), TESTS, TEST_FILES, PYTEST_ARGS, BENCH_ARGS,
 #      TUNE_ARGS, SWEEP_ARGS, SELECTIVE_ARGS.
@@ -90,6 +91,7 @@ for step in $steps; do
       (cd "$peer_src" && CUDA_HOME=/usr/local/cuda MAMBA_FORCE_BUILD=TRUE \
         python3 -m pip install --no-build-isolation --no-deps . > "$out/peer_build.log" 2>&1) &
       peer_build=$! ;;
+    selective-configs) run_tool selective-configs --json "$out/selective_configs.json" 2>&1 | tee "$out/selective_configs.txt" ;;
     peer-tests)
       wait_for_peer
       python3 -m pytest -q -rfE -p no:cacheprovider "$repo/tests/test_mamba.py" -k mamba_ssm 2>&1 | tail -5 ;;

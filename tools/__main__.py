@@ -22,6 +22,7 @@ COMMANDS = {
     "profile-case": "tools.profile_case",
     "readme-tables": "tools.readme_tables",
     "sanitize-cases": "tools.sanitize_cases",
+    "selective-configs": "tools.selective_configs",
     "shape-sweep": "tools.shape_sweep",
 }
 # Shell scripts beside the commands, run as bash tools/NAME.

@@ -1,7 +1,9 @@
 """A small set of kernel calls for compute-sanitizer (memcheck, racecheck).
 
 Every kernel family (CUDA and Triton), both directions, partial tiles, misaligned views and aligned
-rows, complex storage on the strided, staged chained, tile, packed and ref kernels, fwd and bwd.
+rows, complex storage on the strided, staged chained, tile, packed and ref kernels, fwd and bwd;
+the selective scan at every compiled config, with partial warps, partial chunks, groups and
+per-channel B and C.
 
     compute-sanitizer --tool memcheck python -m tools sanitize-cases
 """
@@ -120,9 +122,32 @@ def main(argv=None) -> int:
                     y = fn(*leaves[:2], reverse, initial=leaves[2], elems_per_thread=e, threads_per_block=t,
                            memcode=m, algocode=a)
                     y.backward(torch.randn_like(y))
+    selective_cases()
     torch.cuda.synchronize()
     print("sanitize cases done")
     return 0
+
+
+def selective_cases():
+    """The selective scan's ops at each compiled config: 7 channels (a partial warp and block),
+    300 steps (a partial chunk, three checkpoints), per-step grouped B beside per-channel C and
+    the reverse (per-channel B, per-step C), 16-bit and float32."""
+    fwd, bwd = torch.ops.linrec.selective_scan_fwd, torch.ops.linrec.selective_scan_bwd
+    batch, dim, length = 2, 7, 300
+    for dtype in (torch.float32, torch.bfloat16):
+        for lanes, per_lane in linrec._C_cuda.selective_configs():
+            states = min(lanes * per_lane, 17)
+            u, delta, z, d_y = (torch.randn(batch, dim, length, device="cuda").to(dtype) for _ in range(4))
+            A = -torch.rand(dim, states, device="cuda")
+            per_step = torch.randn(batch, 7, states, length, device="cuda").to(dtype)
+            per_channel = torch.randn(dim, states, device="cuda")
+            D, bias = torch.randn(dim, device="cuda"), torch.randn(dim, device="cuda")
+            h0 = torch.randn(batch, dim, states, device="cuda")
+            for B, C in ((per_step, per_channel), (per_channel, per_step)):
+                for reverse in (0, 1):
+                    args = (u, delta, A, B, C, D, z, bias, h0)
+                    _, _, checkpoints = fwd(*args, True, reverse, lanes, per_lane)
+                    bwd(d_y, h0, *args, checkpoints, True, reverse, lanes, per_lane)
 
 
 if __name__ == "__main__":
