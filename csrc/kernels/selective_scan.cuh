@@ -140,6 +140,21 @@ struct BCRows {
   }
 };
 
+// What a channel's threads read once: B's and C's rows, A, delta_bias and D.
+template <typename BCT, typename Acc>
+struct ChannelInputs {
+  BCRows<BCT, Acc> B, C;
+  const Acc* A;
+  Acc bias, D;
+
+  __device__ ChannelInputs(const SelectiveParams& p, int64_t d, bool active, bool bc_vector)
+      : B{p.B, p.b_strides, p.b_per_step, bc_vector},
+        C{p.C, p.c_strides, p.c_per_step, bc_vector},
+        A(static_cast<const Acc*>(p.A)),
+        bias(active && p.delta_bias ? static_cast<const Acc*>(p.delta_bias)[d] : Acc(0)),
+        D(active && p.D ? static_cast<const Acc*>(p.D)[d] : Acc(0)) {}
+};
+
 // Where a thread sits: its batch, channel, lane in the channel and states.
 template <int kLanes>
 struct Place {
@@ -216,11 +231,8 @@ __global__ void __launch_bounds__(kThreads) selective_fwd_kernel(const Selective
   wait_for_prior_grid();
   const P at(p);
   const int64_t L = p.seq_len, N = p.states;
-  const BCRows<BCT, Acc> Brows{p.B, p.b_strides, p.b_per_step, bc_vector};
-  const BCRows<BCT, Acc> Crows{p.C, p.c_strides, p.c_per_step, bc_vector};
-  const Acc* A = static_cast<const Acc*>(p.A);
-  const Acc bias = at.active && p.delta_bias ? static_cast<const Acc*>(p.delta_bias)[at.d] : Acc(0);
-  const Acc Dd = at.active && p.D ? static_cast<const Acc*>(p.D)[at.d] : Acc(0);
+  const ChannelInputs<BCT, Acc> in(p, at.d, at.active, bc_vector);
+  const auto& [Brows, Crows, A, bias, Dd] = in;
   const int64_t state_base = (at.b * p.dim + at.d) * N;
 
   Acc h[kStates], scaled_A[kStates], B_const[kStates], C_const[kStates];
@@ -353,11 +365,8 @@ __global__ void __launch_bounds__(kThreads) selective_bwd_kernel(const Selective
   wait_for_prior_grid();
   const P at(p);
   const int64_t L = p.seq_len, N = p.states;
-  const BCRows<BCT, Acc> Brows{p.B, p.b_strides, p.b_per_step, bc_vector};
-  const BCRows<BCT, Acc> Crows{p.C, p.c_strides, p.c_per_step, bc_vector};
-  const Acc* A = static_cast<const Acc*>(p.A);
-  const Acc bias = at.active && p.delta_bias ? static_cast<const Acc*>(p.delta_bias)[at.d] : Acc(0);
-  const Acc Dd = at.active && p.D ? static_cast<const Acc*>(p.D)[at.d] : Acc(0);
+  const ChannelInputs<BCT, Acc> in(p, at.d, at.active, bc_vector);
+  const auto& [Brows, Crows, A, bias, Dd] = in;
   const int64_t state_base = (at.b * p.dim + at.d) * N;
   const int64_t channels_per_group = p.dim / p.groups;
   const int64_t first_group = at.d0 / channels_per_group;
