@@ -18,6 +18,9 @@ eager time per call, with the host running ahead, is reported beside it
 pass moves at least twice the L2 cache: every case, short ones too, runs from DRAM.
 Prints a table; writes the rows as JSON with --json PATH, and plots the grid cases with
 --png PATH (needs matplotlib). Needs a CUDA device.
+
+`torchrun --nproc-per-node P -m linrec.bench --distributed` times sequence parallelism's weak
+scaling instead (linrec.bench_distributed; its options: `--distributed --help`).
 """
 
 from __future__ import annotations
@@ -273,6 +276,11 @@ def plot(rows, copy, path):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--distributed" in argv:  # its own options, and CPU processes (gloo) too
+        from . import bench_distributed
+
+        return bench_distributed.main([a for a in argv if a != "--distributed"])
     parser = _cli.parser(PROG, __doc__)
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=DTYPES, metavar="DTYPE",
                         help=f"storage types, mixed ones as values+coeffs: {', '.join(DTYPES)} "
@@ -288,6 +296,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="also the log_coeffs and cu_seqlens (packed sequences) cases")
     parser.add_argument("--selective", action="store_true",
                         help="instead, the selective scan against mamba_ssm's selective_scan_fn (where it imports)")
+    parser.add_argument("--distributed", action="store_true",
+                        help="instead, the weak scaling of linrec.distributed, under torchrun "
+                             "(its options: --distributed --help)")
     parser.add_argument("--json", metavar="PATH", help="write the rows to this JSON file")
     parser.add_argument("--png", metavar="PATH", help="plot the grid cases into this PNG file (needs matplotlib)")
     args = parser.parse_args(argv)
