@@ -18,12 +18,13 @@
 #     complex    python -m tools complex-bench (complex64 recurrences beside float32 and torch.add)
 #     peer       start building mamba_ssm from the sdist $MAMBA_SDIST in the background (sm_90 only;
 #                about 3 minutes with 16 jobs), for the selective step
+#     weak-scaling  torchrun -m linrec.bench --distributed on 1, 2, 4 ... GPUs, as many as the machine has
 #     peer-tests the tests that compare with mamba_ssm (tests/test_mamba.py -k mamba_ssm), after the build
 #     selective  python -m linrec.bench --selective (after the peer build, where one was started)
 #     selective-configs  python -m tools selective-configs (each compiled selective-scan config's time)
 # Env: LINREC_WHEEL (install this wheel with --no-deps instead of building), MAMBA_SDIST,
 #      TORCH_CUDA_ARCH_LIST (default 9.0 when building), TESTS, TEST_FILES, PYTEST_ARGS, BENCH_ARGS,
-#      TUNE_ARGS, SWEEP_ARGS, SELECTIVE_ARGS.
+#      TUNE_ARGS, SWEEP_ARGS, SELECTIVE_ARGS, WEAK_ARGS.
 set -uo pipefail
 out=${1:-${OUT:-results}}
 shift || true
@@ -92,6 +93,13 @@ for step in $steps; do
         python3 -m pip install --no-build-isolation --no-deps . > "$out/peer_build.log" 2>&1) &
       peer_build=$! ;;
     selective-configs) run_tool selective-configs --json "$out/selective_configs.json" 2>&1 | tee "$out/selective_configs.txt" ;;
+    weak-scaling)
+      gpus=$(nvidia-smi --list-gpus | wc -l)
+      for p in 1 2 4 8; do
+        [ "$p" -le "$gpus" ] || break
+        python3 -m torch.distributed.run --standalone --nproc-per-node "$p" -m linrec.bench --distributed \
+          --json "$out/weak_$p.json" ${WEAK_ARGS:-} 2>&1 | tee "$out/weak_$p.txt" | tail -20
+      done ;;
     peer-tests)
       wait_for_peer
       python3 -m pytest -q -rfE -p no:cacheprovider "$repo/tests/test_mamba.py" -k mamba_ssm 2>&1 | tail -5 ;;
