@@ -24,7 +24,7 @@
 #     selective-configs  python -m tools selective-configs (each compiled selective-scan config's time)
 # Env: LINREC_WHEEL (install this wheel with --no-deps instead of building), MAMBA_SDIST,
 #      TORCH_CUDA_ARCH_LIST (default 9.0 when building), TESTS, TEST_FILES, PYTEST_ARGS, BENCH_ARGS,
-#      TUNE_ARGS, SWEEP_ARGS, SELECTIVE_ARGS, WEAK_ARGS.
+#      TUNE_ARGS, SWEEP_ARGS, SELECTIVE_ARGS, WEAK_ARGS, TEST_TIMEOUT (seconds, default 900).
 set -uo pipefail
 out=${1:-${OUT:-results}}
 shift || true
@@ -60,7 +60,8 @@ for step in $steps; do
   case $step in
     tests)
       paths=(); for f in ${TEST_FILES:-tests}; do paths+=("$repo/$f"); done
-      python3 -m pytest -q -rfE -p no:cacheprovider "${paths[@]}" ${TESTS:+-k "$TESTS"} ${PYTEST_ARGS:-} \
+      # A time limit, so that a hung kernel leaves the later steps their time.
+      timeout "${TEST_TIMEOUT:-900}" python3 -m pytest -q -rfE -p no:cacheprovider "${paths[@]}" ${TESTS:+-k "$TESTS"} ${PYTEST_ARGS:-} \
         --junitxml="$out/junit.xml" > "$out/tests.txt" 2>&1
       tail -15 "$out/tests.txt" ;;
     attrs) python3 -m linrec.func_attrs --json "$out/func_attrs.json" | tail -1 ;;
