@@ -14,7 +14,7 @@
 #     shapes     python -m tools shape-sweep $SHAPE_ARGS (the rule against torch.add between the
 #                bench's cases; SHAPE_ARGS="--min-log 40" for its layouts alone)
 #     bench      python -m linrec.bench (table, JSON, PNG)
-#     models     python -m tools models-bench (linrec.models: times, selective_scan's peak memory)
+#     models     python -m tools models-bench (linrec.models against torch.nn.LSTM)
 #     complex    python -m tools complex-bench (complex64 recurrences beside float32 and torch.add)
 #     peer       start building mamba_ssm from the sdist $MAMBA_SDIST in the background (sm_90 only;
 #                about 3 minutes with 16 jobs), for the selective step

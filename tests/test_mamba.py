@@ -4,16 +4,14 @@ mamba_ssm and a GPU are there) the outputs of mamba_ssm's own block with the sam
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-import types
 from dataclasses import dataclass, field
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from linrec.bench_selective import import_from_mamba_ssm
 from linrec.models import Mamba
 
 HAS_GPU = torch.cuda.is_available()
@@ -266,18 +264,8 @@ def test_gpu_matches_reference(length):
 
 
 def mamba_ssm_block_class():
-    """mamba_ssm's Mamba, imported without mamba_ssm/__init__.py (which loads its whole model zoo),
-    or None where it cannot be imported."""
-    spec = importlib.util.find_spec("mamba_ssm") if "mamba_ssm" not in sys.modules else None
-    if spec is not None:
-        package = types.ModuleType("mamba_ssm")
-        package.__path__ = list(spec.submodule_search_locations)
-        sys.modules["mamba_ssm"] = package
-    try:
-        from mamba_ssm.modules.mamba_simple import Mamba as MambaSSM
-    except ImportError:
-        return None
-    return MambaSSM
+    """mamba_ssm's Mamba, or None where it cannot be imported."""
+    return import_from_mamba_ssm("mamba_ssm.modules.mamba_simple", "Mamba")
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="needs a GPU")

@@ -1,9 +1,9 @@
-"""linrec.models against torch.nn.LSTM (cuDNN), and Mamba's selective scan, on a GPU.
+"""linrec.models against torch.nn.LSTM (cuDNN), on a GPU.
 
 Time linrec.models on a GPU: the layers of Martin & Cundy against torch.nn.LSTM (cuDNN) of the
-same hidden size, and Mamba's selective scan (time, and the peak memory of a forward+backward),
-forward and forward+backward (eager, median of CUDA-event timings: the layers' host work is part
-of what a training step pays).
+same hidden size, forward and forward+backward (eager, median of CUDA-event timings: the layers'
+host work is part of what a training step pays). The selective scan has its own benchmark
+against mamba_ssm: python -m linrec.bench --selective.
 
     python -m tools models-bench [--json FILE] [--profile BATCHxLENGTH]
 
@@ -26,7 +26,6 @@ import json
 
 import torch
 
-from linrec import selective_scan
 from linrec._timing import eager_ms
 from linrec.models import GILR, LSLSTM
 
@@ -70,41 +69,6 @@ def time_layers(rows, hidden, shapes, dtype, tf32):
                 rows.append(dict(model=name, dtype=str(dtype).removeprefix("torch."), tf32=tf32, hidden=hidden,
                                  batch=batch, length=length, fwd_ms=fwd, fwd_bwd_ms=both,
                                  fwd_bwd_elements_per_s=batch * length / (both * 1e-3)))
-
-
-def peak_mib(step):
-    """Peak GPU memory of one step above what was allocated before it, MiB."""
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    step()
-    torch.cuda.synchronize()
-    return (torch.cuda.max_memory_allocated() - before) / 2**20
-
-
-def time_selective_scan(rows, batch, channels, states, length, dtype):
-    g = dict(device="cuda", dtype=dtype)
-    u, z = torch.randn(batch, channels, length, **g), torch.randn(batch, channels, length, **g)
-    delta = torch.rand(batch, channels, length, **g) * 0.1
-    A = -torch.rand(channels, states, device="cuda") * 4
-    B, C = torch.randn(batch, states, length, **g), torch.randn(batch, states, length, **g)
-    D = torch.randn(channels, device="cuda")
-    tensors = [u, delta, A, B, C, D, z]
-
-    def run():
-        return selective_scan(*tensors, delta_softplus=True)
-    for t in tensors:
-        t.requires_grad_(False)
-    with torch.no_grad():
-        fwd = eager_ms(run)
-    for t in tensors:
-        t.requires_grad_()
-    both = eager_ms(fwd_bwd(run), reps=10, inner=3)
-    peak = peak_mib(fwd_bwd(run))
-    for t in tensors:
-        t.grad = None
-    rows.append(dict(model="selective_scan", dtype=str(dtype).removeprefix("torch."), batch=batch, channels=channels,
-                     states=states, length=length, fwd_ms=fwd, fwd_bwd_ms=both, fwd_bwd_peak_mib=peak))
 
 
 def kernel_class(name):
@@ -156,13 +120,10 @@ def main(argv=None) -> int:
     rows = []
     for tf32 in (False, True):
         time_layers(rows, 256, [(1, 8192), (16, 1024), (256, 256)], torch.float32, tf32)
-    time_selective_scan(rows, 2, 1536, 16, 2048, torch.bfloat16)
-    time_selective_scan(rows, 8, 3072, 16, 2048, torch.bfloat16)  # Mamba-1.4b's inner width, batch 8
     print(f"device: {torch.cuda.get_device_name()}")
     for r in rows:
-        shape = {k: r[k] for k in ("hidden", "batch", "length", "channels", "states") if k in r}
-        rate = f"  {r['fwd_bwd_elements_per_s'] / 1e6:8.2f} M elements/s" if "fwd_bwd_elements_per_s" in r else ""
-        rate += f"  peak {r['fwd_bwd_peak_mib']:8.1f} MiB" if "fwd_bwd_peak_mib" in r else ""
+        shape = {k: r[k] for k in ("hidden", "batch", "length")}
+        rate = f"  {r['fwd_bwd_elements_per_s'] / 1e6:8.2f} M elements/s"
         dtype = r["dtype"] + (", tf32" if r.get("tf32") else "")
         print(f"{r['model']:<32}{dtype:<16}{str(shape):<48} fwd {r['fwd_ms']:8.3f} ms  "
               f"fwd+bwd {r['fwd_bwd_ms']:8.3f} ms{rate}")

@@ -29,21 +29,23 @@ SHAPES = [(2, 1536, 16, 2048), (8, 3072, 16, 2048), (1, 2048, 16, 65536)]
 EXP_PER_CLOCK_PER_SM = 16
 
 
-def mamba_selective_scan():
-    """mamba_ssm's selective_scan_fn, or None. Imported without mamba_ssm/__init__.py, which
-    pulls in its models (and transformers)."""
-    spec = importlib.util.find_spec("mamba_ssm")
-    if spec is None:
-        return None
-    if "mamba_ssm" not in sys.modules:
+def import_from_mamba_ssm(module: str, name: str):
+    """`name` from mamba_ssm's `module`, or None where it does not import. Imported without
+    mamba_ssm/__init__.py, which pulls in its models (and transformers)."""
+    spec = importlib.util.find_spec("mamba_ssm") if "mamba_ssm" not in sys.modules else None
+    if spec is not None:
         package = types.ModuleType("mamba_ssm")
         package.__path__ = list(spec.submodule_search_locations)
         sys.modules["mamba_ssm"] = package
     try:
-        from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
-    except ImportError:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
         return None
-    return selective_scan_fn
+
+
+def mamba_selective_scan():
+    """mamba_ssm's selective_scan_fn, or None."""
+    return import_from_mamba_ssm("mamba_ssm.ops.selective_scan_interface", "selective_scan_fn")
 
 
 def sm_clock_ghz() -> float:
