@@ -161,6 +161,7 @@ struct Place {
   static constexpr int kChannelsPerWarp = 32 / kLanes;
   static constexpr int kChannelsPerBlock = kChannelsPerWarp * kWarps;
   int64_t b, d, d0, group;
+  int64_t row;  // b * dim + d: the channel's row in the (batch, dim, ...) tensors
   int lane, channel_in_warp, warp;
   bool active;  // d < dim: the others run along for the shuffles and barriers, loading and storing nothing
 
@@ -172,6 +173,7 @@ struct Place {
     channel_in_warp = (threadIdx.x % 32) / kLanes;
     lane = threadIdx.x % kLanes;
     d = d0 + warp * kChannelsPerWarp + channel_in_warp;
+    row = b * p.dim + d;
     active = d < p.dim;
     group = active ? d / (p.dim / p.groups) : 0;
   }
@@ -233,7 +235,6 @@ __global__ void __launch_bounds__(kThreads) selective_fwd_kernel(const Selective
   const int64_t L = p.seq_len, N = p.states;
   const ChannelInputs<BCT, Acc> in(p, at.d, at.active, bc_vector);
   const auto& [Brows, Crows, A, bias, Dd] = in;
-  const int64_t state_base = (at.b * p.dim + at.d) * N;
 
   Acc h[kStates], scaled_A[kStates], B_const[kStates], C_const[kStates];
 #pragma unroll
@@ -241,7 +242,7 @@ __global__ void __launch_bounds__(kThreads) selective_fwd_kernel(const Selective
     const int n = j * kLanes + at.lane;
     const bool real = at.active && n < N;
     scaled_A[j] = real ? A[at.d * N + n] * Decay<Acc>::kScale : Acc(0);
-    h[j] = real && p.initial ? static_cast<const Acc*>(p.initial)[state_base + n] : Acc(0);
+    h[j] = real && p.initial ? static_cast<const Acc*>(p.initial)[at.row * N + n] : Acc(0);
     B_const[j] = real ? Brows.per_channel(at.d, n) : Acc(0);
     C_const[j] = real ? Crows.per_channel(at.d, n) : Acc(0);
   }
@@ -298,7 +299,7 @@ __global__ void __launch_bounds__(kThreads) selective_fwd_kernel(const Selective
 #pragma unroll
       for (int j = 0; j < kStates; ++j) {
         const int n = j * kLanes + at.lane;
-        if (n < N) checkpoints[((at.b * p.dim + at.d) * num_ckpt + t0 / kCheckpointSteps) * N + n] = h[j];
+        if (n < N) checkpoints[(at.row * num_ckpt + t0 / kCheckpointSteps) * N + n] = h[j];
       }
     }
     Acc y[kLanes];
@@ -324,14 +325,14 @@ __global__ void __launch_bounds__(kThreads) selective_fwd_kernel(const Selective
     if (step.valid) {
       Acc out = sum + Dd * step.u;
       if (p.z) out *= silu(step.z);
-      static_cast<V*>(p.y)[(at.b * p.dim + at.d) * L + step.pos] = from_acc<V>(out);
+      static_cast<V*>(p.y)[at.row * L + step.pos] = from_acc<V>(out);
     }
   }
   if (at.active) {
 #pragma unroll
     for (int j = 0; j < kStates; ++j) {
       const int n = j * kLanes + at.lane;
-      if (n < N) static_cast<Acc*>(p.last_state)[state_base + n] = h[j];
+      if (n < N) static_cast<Acc*>(p.last_state)[at.row * N + n] = h[j];
     }
   }
 }
@@ -367,7 +368,6 @@ __global__ void __launch_bounds__(kThreads) selective_bwd_kernel(const Selective
   const int64_t L = p.seq_len, N = p.states;
   const ChannelInputs<BCT, Acc> in(p, at.d, at.active, bc_vector);
   const auto& [Brows, Crows, A, bias, Dd] = in;
-  const int64_t state_base = (at.b * p.dim + at.d) * N;
   const int64_t channels_per_group = p.dim / p.groups;
   const int64_t first_group = at.d0 / channels_per_group;
   // Whether the warp's channels share a group, so that their d_B, d_C add before the atomics.
@@ -386,7 +386,7 @@ __global__ void __launch_bounds__(kThreads) selective_bwd_kernel(const Selective
     scaled_A[j] = A_raw[j] * Decay<Acc>::kScale;
     B_const[j] = real ? Brows.per_channel(at.d, n) : Acc(0);
     C_const[j] = real ? Crows.per_channel(at.d, n) : Acc(0);
-    dh_carry[j] = real && p.d_last_state ? static_cast<const Acc*>(p.d_last_state)[state_base + n] : Acc(0);
+    dh_carry[j] = real && p.d_last_state ? static_cast<const Acc*>(p.d_last_state)[at.row * N + n] : Acc(0);
     dA_sum[j] = dB_sum[j] = dC_sum[j] = 0;
   }
   if (use_tile) {
@@ -407,7 +407,7 @@ __global__ void __launch_bounds__(kThreads) selective_bwd_kernel(const Selective
 #pragma unroll
       for (int j = 0; j < kStates; ++j) {
         const int n = j * kLanes + at.lane;
-        h[j] = at.active && n < N ? checkpoints[((at.b * p.dim + at.d) * num_ckpt + span) * N + n] : Acc(0);
+        h[j] = at.active && n < N ? checkpoints[(at.row * num_ckpt + span) * N + n] : Acc(0);
       }
       StepValues<V, Acc> next;  // the next chunk's, in flight while one computes
       next.load(p, at.b, at.d, at.active, span_t0 + at.lane);
@@ -519,7 +519,7 @@ __global__ void __launch_bounds__(kThreads) selective_bwd_kernel(const Selective
       const Acc r = sum_over_lanes<kLanes>(dt_r, at.lane);
       const Acc y_states = sum_over_lanes<kLanes>(y, at.lane);
       if (step.valid) {
-        const int64_t out = (at.b * p.dim + at.d) * L + step.pos;
+        const int64_t out = at.row * L + step.pos;
         const Acc d_dt = step.u * q + r;
         const Acc d_delta = d_dt * step.dt_grad_scale;
         static_cast<V*>(p.d_u)[out] = from_acc<V>(Dd * g + step.dt * q);
@@ -555,7 +555,7 @@ __global__ void __launch_bounds__(kThreads) selective_bwd_kernel(const Selective
   for (int j = 0; j < kStates; ++j) {
     const int n = j * kLanes + at.lane;
     if (!(at.active && n < N)) continue;
-    static_cast<Acc*>(p.d_initial)[state_base + n] = dh_carry[j];
+    static_cast<Acc*>(p.d_initial)[at.row * N + n] = dh_carry[j];
     atomicAdd(static_cast<Acc*>(p.d_A) + at.d * N + n, dA_sum[j]);
     if (!p.b_per_step) atomicAdd(static_cast<Acc*>(p.d_B) + at.d * N + n, dB_sum[j]);
     if (!p.c_per_step) atomicAdd(static_cast<Acc*>(p.d_C) + at.d * N + n, dC_sum[j]);

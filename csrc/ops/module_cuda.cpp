@@ -16,6 +16,24 @@
 
 namespace {
 
+// A Python list of to_item(x) for the items of `items` (new references), or nullptr with the
+// Python error set.
+template <typename Items, typename ToItem>
+PyObject* list_of(const Items& items, ToItem to_item) {
+  PyObject* list = PyList_New(0);
+  if (!list) return nullptr;
+  for (const auto& x : items) {
+    PyObject* item = to_item(x);
+    if (!item || PyList_Append(list, item) < 0) {
+      Py_XDECREF(item);
+      Py_DECREF(list);
+      return nullptr;
+    }
+    Py_DECREF(item);
+  }
+  return list;
+}
+
 // The kernel kind and storage named by Python: a family id of the registry and two
 // torch dtype names. Sets a ValueError and returns false if either is unknown.
 bool parse_kind_and_storage(int kind, const char* values, const char* coeffs, linrec::KernelKind& out_kind,
@@ -40,19 +58,10 @@ PyObject* compiled_configs(PyObject*, PyObject* args) {
   linrec::KernelKind kind;
   linrec::Storage storage;
   if (!parse_kind_and_storage(kind_id, values, coeffs, kind, storage)) return nullptr;
-  PyObject* list = PyList_New(0);
-  if (!list) return nullptr;
-  for (const linrec::TileConfig& c : linrec::cuda_compiled_configs(storage, kind)) {
-    PyObject* item = Py_BuildValue("(iiii)", c.elems_per_thread, c.threads_per_block,
-                                   static_cast<int>(c.memcode), static_cast<int>(c.algocode));
-    if (!item || PyList_Append(list, item) < 0) {
-      Py_XDECREF(item);
-      Py_DECREF(list);
-      return nullptr;
-    }
-    Py_DECREF(item);
-  }
-  return list;
+  return list_of(linrec::cuda_compiled_configs(storage, kind), [](const linrec::TileConfig& c) {
+    return Py_BuildValue("(iiii)", c.elems_per_thread, c.threads_per_block, static_cast<int>(c.memcode),
+                         static_cast<int>(c.algocode));
+  });
 }
 
 // func_attrs(kind, values, coeffs, backward, variant, elems_per_thread, threads_per_block, memcode,
@@ -144,18 +153,8 @@ PyObject* kernel_choice(PyObject*, PyObject* args) {
 // selective_configs(): the selective scan's compiled configs, as (lanes, states_per_lane), in
 // the order the automatic choice tries them.
 PyObject* selective_configs(PyObject*, PyObject*) {
-  PyObject* list = PyList_New(0);
-  if (!list) return nullptr;
-  for (const linrec::SelectiveConfig& c : linrec::cuda_selective_configs()) {
-    PyObject* item = Py_BuildValue("(ii)", c.lanes, c.states_per_lane);
-    if (!item || PyList_Append(list, item) < 0) {
-      Py_XDECREF(item);
-      Py_DECREF(list);
-      return nullptr;
-    }
-    Py_DECREF(item);
-  }
-  return list;
+  return list_of(linrec::cuda_selective_configs(),
+                 [](const linrec::SelectiveConfig& c) { return Py_BuildValue("(ii)", c.lanes, c.states_per_lane); });
 }
 
 PyMethodDef methods[] = {

@@ -146,6 +146,25 @@ def _scan_chunk(dt, dtu, A, B, state):
 
 
 @triton.jit
+def _program_channels(A_ptr, D_ptr, bias_ptr, dim, N, HAS_D: tl.constexpr, HAS_BIAS: tl.constexpr,
+                      BLOCK_D: tl.constexpr, N_PAD: tl.constexpr):
+    """A program's batch, channels and states (with their masks; cs: a (channel, state) offset
+    in (dim, N) tensors), and its channels' A, D and delta_bias (zero where absent)."""
+    acc = A_ptr.dtype.element_ty
+    first_channel = tl.program_id(0) * BLOCK_D
+    batch = tl.program_id(1).to(tl.int64)
+    channels = (first_channel + tl.arange(0, BLOCK_D)).to(tl.int64)
+    states = tl.arange(0, N_PAD)
+    channels_ok, states_ok = channels < dim, states < N
+    cs_ok = channels_ok[:, None] & states_ok[None, :]
+    cs = channels[:, None] * N + states[None, :]
+    A = tl.load(A_ptr + cs, mask=cs_ok, other=0.0)
+    D = tl.load(D_ptr + channels, mask=channels_ok, other=0.0) if HAS_D else tl.zeros([BLOCK_D], acc)
+    bias = tl.load(bias_ptr + channels, mask=channels_ok, other=0.0) if HAS_BIAS else tl.zeros([BLOCK_D], acc)
+    return first_channel, batch, channels, states, channels_ok, states_ok, cs_ok, cs, A, D, bias
+
+
+@triton.jit
 def _selective_fwd_kernel(
         u_ptr, delta_ptr, z_ptr, A_ptr, B_ptr, C_ptr, D_ptr, bias_ptr, initial_ptr,
         y_ptr, last_ptr, checkpoints_ptr,
@@ -157,17 +176,8 @@ def _selective_fwd_kernel(
         B_PER_STEP: tl.constexpr, C_PER_STEP: tl.constexpr, SOFTPLUS: tl.constexpr, REVERSE: tl.constexpr,
         BLOCK_D: tl.constexpr, N_PAD: tl.constexpr, CHUNK: tl.constexpr, CHECKPOINT: tl.constexpr):
     acc = A_ptr.dtype.element_ty
-    first_channel = tl.program_id(0) * BLOCK_D
-    batch = tl.program_id(1).to(tl.int64)
-    channels = (first_channel + tl.arange(0, BLOCK_D)).to(tl.int64)
-    states = tl.arange(0, N_PAD)
-    channels_ok, states_ok = channels < dim, states < N
-    cs_ok = channels_ok[:, None] & states_ok[None, :]
-    cs = channels[:, None] * N + states[None, :]  # (channel, state) in (dim, N) tensors
-
-    A = tl.load(A_ptr + cs, mask=cs_ok, other=0.0)
-    D = tl.load(D_ptr + channels, mask=channels_ok, other=0.0) if HAS_D else tl.zeros([BLOCK_D], acc)
-    bias = tl.load(bias_ptr + channels, mask=channels_ok, other=0.0) if HAS_BIAS else tl.zeros([BLOCK_D], acc)
+    first_channel, batch, channels, states, channels_ok, states_ok, cs_ok, cs, A, D, bias = _program_channels(
+        A_ptr, D_ptr, bias_ptr, dim, N, HAS_D, HAS_BIAS, BLOCK_D, N_PAD)
     states_at = (batch * dim) * N + cs  # (batch, channel, state) in (batch, dim, N) tensors
     state = tl.zeros([BLOCK_D, N_PAD], acc)
     if HAS_INITIAL:
@@ -219,17 +229,8 @@ def _selective_bwd_kernel(
         B_PER_STEP: tl.constexpr, C_PER_STEP: tl.constexpr, SOFTPLUS: tl.constexpr, REVERSE: tl.constexpr,
         BLOCK_D: tl.constexpr, N_PAD: tl.constexpr, CHUNK: tl.constexpr, CHECKPOINT: tl.constexpr):
     acc = A_ptr.dtype.element_ty
-    first_channel = tl.program_id(0) * BLOCK_D
-    batch = tl.program_id(1).to(tl.int64)
-    channels = (first_channel + tl.arange(0, BLOCK_D)).to(tl.int64)
-    states = tl.arange(0, N_PAD)
-    channels_ok, states_ok = channels < dim, states < N
-    cs_ok = channels_ok[:, None] & states_ok[None, :]
-    cs = channels[:, None] * N + states[None, :]
-
-    A = tl.load(A_ptr + cs, mask=cs_ok, other=0.0)
-    D = tl.load(D_ptr + channels, mask=channels_ok, other=0.0) if HAS_D else tl.zeros([BLOCK_D], acc)
-    bias = tl.load(bias_ptr + channels, mask=channels_ok, other=0.0) if HAS_BIAS else tl.zeros([BLOCK_D], acc)
+    first_channel, batch, channels, states, channels_ok, states_ok, cs_ok, cs, A, D, bias = _program_channels(
+        A_ptr, D_ptr, bias_ptr, dim, N, HAS_D, HAS_BIAS, BLOCK_D, N_PAD)
     states_at = (batch * dim) * N + cs
     # The gradient with respect to the state entering the chunk last walked back through; at first,
     # with respect to h[L-1].
