@@ -257,4 +257,33 @@ inline SelectiveBwdCall prepare_selective_bwd(const Tensor& d_y, const std::opti
   return call;
 }
 
+// The two ops' bodies for one device's kernels: Kernels::fwd(call, lanes, states_per_lane) and
+// Kernels::bwd(...) check the config and run the kernels on a call (empty too: the CUDA ones
+// check the config before they see that nothing is to be done). Each device registers these.
+template <typename Kernels>
+std::tuple<Tensor, Tensor, Tensor> selective_scan_fwd_op(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C,
+                                                         std::optional<Tensor> D, std::optional<Tensor> z,
+                                                         std::optional<Tensor> delta_bias,
+                                                         std::optional<Tensor> initial_state, bool delta_softplus,
+                                                         int64_t reverse, int64_t lanes, int64_t states_per_lane) {
+  check_selective_args(reverse, lanes, states_per_lane);
+  SelectiveFwdCall call =
+      prepare_selective_fwd(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse != 0);
+  Kernels::fwd(call, lanes, states_per_lane);
+  return call.outputs();
+}
+
+template <typename Kernels>
+std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> selective_scan_bwd_op(
+    Tensor d_y, std::optional<Tensor> d_last_state, Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C,
+    std::optional<Tensor> D, std::optional<Tensor> z, std::optional<Tensor> delta_bias,
+    std::optional<Tensor> initial_state, Tensor checkpoints, bool delta_softplus, int64_t reverse, int64_t lanes,
+    int64_t states_per_lane) {
+  check_selective_args(reverse, lanes, states_per_lane);
+  SelectiveBwdCall call = prepare_selective_bwd(d_y, d_last_state, u, delta, A, B, C, D, z, delta_bias, initial_state,
+                                                checkpoints, delta_softplus, reverse != 0);
+  Kernels::bwd(call, lanes, states_per_lane);
+  return call.grads();
+}
+
 }  // namespace linrec

@@ -44,42 +44,30 @@ void check_grid(const SelectiveParams& p) {
                   " and dim=", p.dim, " are too many channels for one selective-scan launch (split the batch)");
 }
 
-std::tuple<Tensor, Tensor, Tensor> selective_scan_fwd_cuda(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C,
-                                                           std::optional<Tensor> D, std::optional<Tensor> z,
-                                                           std::optional<Tensor> delta_bias,
-                                                           std::optional<Tensor> initial_state, bool delta_softplus,
-                                                           int64_t reverse, int64_t lanes, int64_t states_per_lane) {
-  check_selective_args(reverse, lanes, states_per_lane);
-  SelectiveFwdCall call =
-      prepare_selective_fwd(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse != 0);
-  const SelectiveConfig config = choose_selective_config(lanes, states_per_lane, call.p.states);
-  if (call.empty) return call.outputs();
-  check_grid(call.p);
-  torch::stable::accelerator::DeviceGuard guard(u.get_device_index());
-  cuda_selective_fwd(call.p, call.inputs.storage, config, current_stream(u));
-  return call.outputs();
-}
-
-std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> selective_scan_bwd_cuda(
-    Tensor d_y, std::optional<Tensor> d_last_state, Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C,
-    std::optional<Tensor> D, std::optional<Tensor> z, std::optional<Tensor> delta_bias,
-    std::optional<Tensor> initial_state, Tensor checkpoints, bool delta_softplus, int64_t reverse, int64_t lanes,
-    int64_t states_per_lane) {
-  check_selective_args(reverse, lanes, states_per_lane);
-  SelectiveBwdCall call = prepare_selective_bwd(d_y, d_last_state, u, delta, A, B, C, D, z, delta_bias, initial_state,
-                                                checkpoints, delta_softplus, reverse != 0);
-  const SelectiveConfig config = choose_selective_config(lanes, states_per_lane, call.p.states);
-  if (call.empty) return call.grads();
-  check_grid(call.p);
-  torch::stable::accelerator::DeviceGuard guard(u.get_device_index());
-  cuda_selective_bwd(call.p, call.inputs.storage, config, current_stream(u));
-  return call.grads();
-}
+// A compiled config (the one named, or the automatic choice), then a launch on torch's current stream.
+struct CudaSelectiveKernels {
+  static void fwd(SelectiveFwdCall& call, int64_t lanes, int64_t states_per_lane) {
+    const SelectiveConfig config = choose_selective_config(lanes, states_per_lane, call.p.states);
+    if (call.empty) return;
+    check_grid(call.p);
+    const Tensor& u = call.y;
+    torch::stable::accelerator::DeviceGuard guard(u.get_device_index());
+    cuda_selective_fwd(call.p, call.inputs.storage, config, current_stream(u));
+  }
+  static void bwd(SelectiveBwdCall& call, int64_t lanes, int64_t states_per_lane) {
+    const SelectiveConfig config = choose_selective_config(lanes, states_per_lane, call.p.states);
+    if (call.empty) return;
+    check_grid(call.p);
+    const Tensor& u = call.d_u;
+    torch::stable::accelerator::DeviceGuard guard(u.get_device_index());
+    cuda_selective_bwd(call.p, call.inputs.storage, config, current_stream(u));
+  }
+};
 
 }  // namespace
 }  // namespace linrec
 
 STABLE_TORCH_LIBRARY_IMPL(linrec, CUDA, m) {
-  m.impl("selective_scan_fwd", TORCH_BOX(&linrec::selective_scan_fwd_cuda));
-  m.impl("selective_scan_bwd", TORCH_BOX(&linrec::selective_scan_bwd_cuda));
+  m.impl("selective_scan_fwd", TORCH_BOX(&linrec::selective_scan_fwd_op<linrec::CudaSelectiveKernels>));
+  m.impl("selective_scan_bwd", TORCH_BOX(&linrec::selective_scan_bwd_op<linrec::CudaSelectiveKernels>));
 }
