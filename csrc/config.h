@@ -42,19 +42,19 @@ struct TileConfig {
   }
 };
 
-// One compiled instantiation of the selective-scan kernels (kernels/selective_scan.cuh):
-// `lanes` threads share a channel and take the sequence `lanes` steps at a time; each
-// holds `states_per_lane` of the channel's states, so it takes at most lanes * states_per_lane.
+// One compiled instantiation of the selective-scan kernels (kernels/selective_scan.cuh): a
+// warp takes a channel, each lane `steps_per_thread` consecutive steps of a chunk of
+// 32 * steps_per_thread, and a block `warps` channels (whose d_B and d_C it adds before
+// the atomics). Any number of states: they go one after another.
 struct SelectiveConfig {
-  int lanes;
-  int states_per_lane;
+  int steps_per_thread;
+  int warps;
 
   constexpr bool operator==(const SelectiveConfig&) const = default;
-  constexpr int max_states() const { return lanes * states_per_lane; }
 
   std::string to_string() const {
-    return "SelectiveConfig{lanes=" + std::to_string(lanes) + ", states_per_lane=" + std::to_string(states_per_lane) +
-           "}";
+    return "SelectiveConfig{steps_per_thread=" + std::to_string(steps_per_thread) +
+           ", warps=" + std::to_string(warps) + "}";
   }
 };
 

@@ -129,27 +129,28 @@ def main(argv=None) -> int:
 
 
 def selective_cases():
-    """The selective scan's ops at each compiled config: 37 channels (a partial last warp and
-    block), 300 steps (a partial chunk, three checkpoints), per-step B in 37 groups (d_B added
-    by each warp) beside per-channel C, and per-channel B beside per-step C in one group (d_C
-    added through the block's shared tile), 16-bit and float32."""
+    """The selective scan's ops at each compiled config, 300 steps (a partial chunk, three
+    checkpoints), 17 states, 16-bit and float32: 37 channels (a partial last block) with
+    per-step B in 37 groups (d_B added by each warp) beside per-channel C, and 40 channels with
+    per-channel B beside per-step C in one group (d_C added through the block's shared tile)."""
     fwd, bwd = torch.ops.linrec.selective_scan_fwd, torch.ops.linrec.selective_scan_bwd
-    batch, dim, length = 2, 37, 300
+    batch, states, length = 2, 17, 300
     for dtype in (torch.float32, torch.bfloat16):
-        for lanes, per_lane in linrec._C_cuda.selective_configs():
-            states = min(lanes * per_lane, 17)
-            u, delta, z, d_y = (torch.randn(batch, dim, length, device="cuda").to(dtype) for _ in range(4))
-            A = -torch.rand(dim, states, device="cuda")
-            per_step_groups = torch.randn(batch, dim, states, length, device="cuda").to(dtype)
-            per_step_one = torch.randn(batch, 1, states, length, device="cuda").to(dtype)
-            per_channel = torch.randn(dim, states, device="cuda")
-            D, bias = torch.randn(dim, device="cuda"), torch.randn(dim, device="cuda")
-            h0 = torch.randn(batch, dim, states, device="cuda")
-            for B, C in ((per_step_groups, per_channel), (per_channel, per_step_one)):
+        for config in linrec._C_cuda.selective_configs():
+            for dim, b_form, c_form in ((37, "groups", "channel"), (40, "channel", "one group")):
+                def make(form):
+                    if form == "channel":
+                        return torch.randn(dim, states, device="cuda")
+                    groups = dim if form == "groups" else 1
+                    return torch.randn(batch, groups, states, length, device="cuda").to(dtype)
+                u, delta, z, d_y = (torch.randn(batch, dim, length, device="cuda").to(dtype) for _ in range(4))
+                A = -torch.rand(dim, states, device="cuda")
+                D, bias = torch.randn(dim, device="cuda"), torch.randn(dim, device="cuda")
+                h0 = torch.randn(batch, dim, states, device="cuda")
                 for reverse in (0, 1):
-                    args = (u, delta, A, B, C, D, z, bias, h0)
-                    _, _, checkpoints = fwd(*args, True, reverse, lanes, per_lane)
-                    bwd(d_y, h0, *args, checkpoints, True, reverse, lanes, per_lane)
+                    args = (u, delta, A, make(b_form), make(c_form), D, z, bias, h0)
+                    _, _, checkpoints = fwd(*args, True, reverse, *config)
+                    bwd(d_y, h0, *args, checkpoints, True, reverse, *config)
 
 
 if __name__ == "__main__":

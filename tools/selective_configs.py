@@ -1,9 +1,9 @@
 """GPU time of each compiled selective-scan config, forward and backward, at the benchmark's shapes.
 
-The selective scan's ops take the config as (lanes, states_per_lane); (0, 0) is the automatic
-choice, the first compiled config that holds N (csrc/dispatch.h's SELECTIVE_CONFIG_LIST). This
-times every config that holds the shape's N, each op alone from a CUDA graph (the median of
---reps samples), so that the list's order can follow measurements.
+The selective scan's ops take the config as (steps_per_thread, warps); (0, 0) is the automatic
+choice, the first compiled config (csrc/dispatch.h's SELECTIVE_CONFIG_LIST). This times every
+config, each op alone from a CUDA graph (the median of --reps samples), so that the list's
+order can follow measurements.
 
 Usage: python -m tools selective-configs [--dtypes bfloat16 float32] [--reps 10] [--json PATH]
 """
@@ -40,17 +40,15 @@ def main(argv=None) -> int:
             inputs = make_inputs(batch, dim, states, length, getattr(torch, dtype_name))
             a = op_args(inputs)
             d_y = torch.randn_like(inputs["u"])
-            for lanes, per_lane in _C_cuda.selective_configs():
-                if lanes * per_lane < states:
-                    continue
-                _, _, checkpoints = fwd(*a, lanes, per_lane)
-                fwd_ms = device_ms(lambda: fwd(*a, lanes, per_lane), args.reps, inner=3)
-                bwd_ms = device_ms(lambda: bwd(d_y, None, *a[:9], checkpoints, *a[9:], lanes, per_lane), args.reps,
+            for steps, warps in _C_cuda.selective_configs():
+                _, _, checkpoints = fwd(*a, steps, warps)
+                fwd_ms = device_ms(lambda: fwd(*a, steps, warps), args.reps, inner=3)
+                bwd_ms = device_ms(lambda: bwd(d_y, None, *a[:9], checkpoints, *a[9:], steps, warps), args.reps,
                                    inner=3)
-                row = dict(dtype=dtype_name, batch=batch, dim=dim, states=states, length=length, lanes=lanes,
-                           states_per_lane=per_lane, fwd_ms=fwd_ms, bwd_ms=bwd_ms)
+                row = dict(dtype=dtype_name, batch=batch, dim=dim, states=states, length=length,
+                           steps_per_thread=steps, warps=warps, fwd_ms=fwd_ms, bwd_ms=bwd_ms)
                 rows.append(row)
-                print(f"{dtype_name:9s} ({batch}, {dim}, {states}, {length}) ({lanes:2d}, {per_lane:2d})  "
+                print(f"{dtype_name:9s} ({batch}, {dim}, {states}, {length}) ({steps:2d}, {warps:2d})  "
                       f"fwd {fwd_ms:8.3f} ms  bwd {bwd_ms:8.3f} ms")
             del inputs, a, d_y
     if args.json:

@@ -1,24 +1,23 @@
 // The fused selective scan (Mamba's S6), forward and backward; the math is in
 // csrc/selective_params.h, the design in docs/design/0023-fused-selective-scan.md.
 //
-// Work plan. A thread owns kStates states of one channel (state n = j * kLanes + lane for
-// j < kStates) and walks the sequence in scan order; kLanes consecutive lanes share a
-// channel, so a warp holds 32 / kLanes channels and a block kWarps times that. Nothing
-// waits on another thread for the recurrence: the exponential unit sets the pace.
-// The sequence goes in chunks of kLanes steps:
-//   1. lane s of a channel loads step s's u and delta (z, d_y), computes dt and dt * u once,
-//      and leaves them in its warp's shared memory for the channel's other lanes;
-//   2. each lane loads its states' B and C for the chunk (16-byte vectors where rows allow);
-//   3. each lane advances its states over the chunk, keeping per step its share of
-//      sum_n C * h; one butterfly of log2(kLanes) shuffle rounds leaves lane s with step s's sum;
-//   4. lane s finishes step s (D, the gate) and stores it: a channel's lanes store
-//      consecutive positions.
-// The backward takes the 128-step spans between checkpoints last to first. For a span it
-// rescans from the checkpoint to find each chunk's first state (kept in shared memory), then
-// takes the chunks last to first: rescans the chunk keeping its states and decays in
-// registers, and walks it backward with the state gradient dh. d_B and d_C sum over
-// channels: the warp's channels add with shuffles, the warps in a shared-memory tile, and
-// the block into the float accumulators in global memory.
+// Work plan. A warp owns one channel (b, d) and walks its sequence in chunks of 32 * K
+// steps; lane l holds the chunk's steps l*K .. l*K+K-1 in registers (u, dt, dt*u, ...),
+// loaded as 16-byte vectors where the rows allow. For each state n in turn:
+//   1. each lane turns its K steps into one affine map h -> pa * h + pb
+//      (a = exp(dt * A[n]), b = dt * u * B[n]): K exponentials, the unit the scan is bound by;
+//   2. the state entering the chunk (shared memory, per state) folds into lane 0's map, and
+//      a warp scan of the maps (log2(32) shuffle rounds) gives each lane its entering state;
+//   3. each lane replays its K steps from that state and adds C[n] * h into its outputs.
+// The chunk's outputs then store as vectors. Nothing of size (batch, dim, N, L) exists: the
+// forward keeps only each chunk's state, and saves every kCheckpointSteps-th as a checkpoint.
+//
+// The backward takes the chunks last to first. For each state it replays the chunk from the
+// checkpoint at its start (steps 1-3), then runs the state gradient dh[t] = C[t] * g[t] +
+// a[t+1] * dh[t+1] the same way in reverse: lane maps, a reverse warp scan seeded with the
+// gradient flowing in from the chunk after, a replay. d_B and d_C of per-step B and C sum
+// over channels: the block's warps (channels of one group) add in shared memory, then one
+// atomic per step and state goes to the float accumulators; otherwise each warp adds its own.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -34,12 +33,10 @@
 
 namespace linrec::selective {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = 32 * kWarps;
 constexpr unsigned kFullMask = 0xffffffffu;
 
 // exp(dt * A) as exp2(dt * A'), A' = A * log2(e) taken once per state: one MUFU.EX2 a step
-// and state, the operation the forward is bound by (float64 takes exp).
+// and state (float64 takes exp).
 template <typename Acc> struct Decay;
 template <> struct Decay<float> {
   static constexpr float kScale = 1.4426950408889634f;
@@ -58,15 +55,15 @@ template <typename Acc> __device__ __forceinline__ Acc sigmoid(Acc x) { return A
 __device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + __expf(-x)); }
 // torch's softplus (beta 1, threshold 20).
 template <typename Acc> __device__ __forceinline__ Acc softplus(Acc x) { return x > Acc(20) ? x : log1p(exp(x)); }
+template <typename Acc> __device__ __forceinline__ Acc silu(Acc z) { return z * sigmoid(z); }
 
-// The element of step t0 + s (s < kN) of a row along the sequence, for each s: at position
-// t or L-1-t of `row` (element stride `stride`); zero past the end. `vector`: the row is
-// unit-stride and 16-byte aligned at every chunk (the host checked), so whole chunks load
-// as 16-byte vectors.
+// Steps t0 .. t0+kN-1 of a row along the sequence: position t or L-1-t of `row` (element
+// stride `stride`); zero past the end. `vector`: unit stride, and every kN-step run of
+// either direction starts 16-byte aligned (the host checked), so whole runs load as vectors.
 template <int kN, typename T, typename Acc>
 __device__ __forceinline__ void load_steps(const T* row, int64_t stride, int64_t L, int64_t t0, bool reverse,
                                            bool vector, Acc (&out)[kN]) {
-  static_assert(kN * sizeof(T) % 16 == 0, "a chunk is whole 16-byte vectors");
+  static_assert(kN * sizeof(T) % 16 == 0, "a run is whole 16-byte vectors");
   if (vector && t0 + kN <= L) {
     const int64_t lo = reverse ? L - t0 - kN : t0;
     uint4 raw[kN * sizeof(T) / 16];
@@ -75,10 +72,7 @@ __device__ __forceinline__ void load_steps(const T* row, int64_t stride, int64_t
     for (int i = 0; i < int(kN * sizeof(T) / 16); ++i) raw[i] = __ldg(src + i);
     const T* v = reinterpret_cast<const T*>(raw);
 #pragma unroll
-    for (int s = 0; s < kN; ++s) {
-      const Acc fwd = to_acc<Acc>(v[s]), rev = to_acc<Acc>(v[kN - 1 - s]);
-      out[s] = reverse ? rev : fwd;
-    }
+    for (int s = 0; s < kN; ++s) out[s] = to_acc<Acc>(v[reverse ? kN - 1 - s : s]);
     return;
   }
 #pragma unroll
@@ -88,32 +82,73 @@ __device__ __forceinline__ void load_steps(const T* row, int64_t stride, int64_t
   }
 }
 
-// Sums v[s] over the kN lanes of a channel; returns, in lane c of the channel, the sum for
-// step c. Each round halves the steps a lane holds: it keeps one half, sends the other.
-template <int kN, typename Acc>
-__device__ __forceinline__ Acc sum_over_lanes(Acc (&v)[kN], int lane) {
-  static_assert(kN >= 2 && kN <= 32 && (kN & (kN - 1)) == 0, "lanes a channel: a power of two");
-  constexpr int kRounds = __builtin_ctz(kN);
+// The inverse of load_steps for a contiguous output row; steps past the end are not stored.
+template <int kN, typename T, typename Acc>
+__device__ __forceinline__ void store_steps(T* row, int64_t L, int64_t t0, bool reverse, bool vector,
+                                            const Acc (&in)[kN]) {
+  if (vector && t0 + kN <= L) {
+    uint4 raw[kN * sizeof(T) / 16];
+    T* v = reinterpret_cast<T*>(raw);
 #pragma unroll
-  for (int round = 1; round <= kRounds; ++round) {
-    const int half = kN >> round;  // a count the unroller sees, so that v stays in registers
-    const bool upper = lane & half;
+    for (int s = 0; s < kN; ++s) v[reverse ? kN - 1 - s : s] = from_acc<T>(in[s]);
+    uint4* dst = reinterpret_cast<uint4*>(row + (reverse ? L - t0 - kN : t0));
 #pragma unroll
-    for (int i = 0; i < half; ++i) {
-      const Acc send = upper ? v[i] : v[i + half];
-      const Acc keep = upper ? v[i + half] : v[i];
-      v[i] = keep + __shfl_xor_sync(kFullMask, send, half);
-    }
+    for (int i = 0; i < int(kN * sizeof(T) / 16); ++i) dst[i] = raw[i];
+    return;
   }
-  return v[0];
+#pragma unroll
+  for (int s = 0; s < kN; ++s) {
+    const int64_t t = t0 + s;
+    if (t < L) row[reverse ? L - 1 - t : t] = from_acc<T>(in[s]);
+  }
 }
 
-// Sums x over the channels of a warp (lanes lane, lane + kLanes, ...).
-template <int kLanes, typename Acc>
-__device__ __forceinline__ Acc sum_over_channels(Acc x) {
+// Adds in[s] into the float accumulator `row` at step t0 + s, for the steps before the end;
+// `vector`: L is a multiple of 4 and t0 of kN, so float runs add as float4 atomics (sm_90).
+template <int kN, typename Acc>
+__device__ __forceinline__ void add_steps(Acc* row, int64_t L, int64_t t0, bool reverse, bool vector,
+                                          const Acc (&in)[kN]) {
+  if constexpr (std::is_same_v<Acc, float> && kN % 4 == 0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (vector && t0 + kN <= L) {
 #pragma unroll
-  for (int o = kLanes; o < 32; o *= 2) x += __shfl_xor_sync(kFullMask, x, o);
+      for (int q = 0; q < kN / 4; ++q) {
+        const int s = 4 * q;
+        const float4 v = reverse ? make_float4(in[s + 3], in[s + 2], in[s + 1], in[s])
+                                 : make_float4(in[s], in[s + 1], in[s + 2], in[s + 3]);
+        atomicAdd(reinterpret_cast<float4*>(row + (reverse ? L - t0 - s - 4 : t0 + s)), v);
+      }
+      return;
+    }
+#endif
+  }
+#pragma unroll
+  for (int s = 0; s < kN; ++s) {
+    const int64_t t = t0 + s;
+    if (t < L) atomicAdd(row + (reverse ? L - 1 - t : t), in[s]);
+  }
+}
+
+template <typename Acc> __device__ __forceinline__ Acc warp_sum(Acc x) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(kFullMask, x, o);
   return x;
+}
+
+// Composes each lane's affine map h -> pa * h + pb with those of the lanes before it (the
+// lanes after it, for kBackward): on return pb is the map of lanes 0..lane applied to what
+// enters lane 0 (lanes lane..31 to what enters lane 31). pa is clobbered.
+template <bool kBackward, typename Acc>
+__device__ __forceinline__ void scan_maps(Acc& pa, Acc& pb, int lane) {
+#pragma unroll
+  for (int o = 1; o < 32; o *= 2) {
+    const Acc a_other = kBackward ? __shfl_down_sync(kFullMask, pa, o) : __shfl_up_sync(kFullMask, pa, o);
+    const Acc b_other = kBackward ? __shfl_down_sync(kFullMask, pb, o) : __shfl_up_sync(kFullMask, pb, o);
+    if (kBackward ? lane + o < 32 : lane >= o) {
+      pb = pa * b_other + pb;
+      pa = pa * a_other;
+    }
+  }
 }
 
 // B or C for one call: per step (batch, groups, N, L) in T, or per channel (dim, N) in Acc.
@@ -123,468 +158,379 @@ struct BCRows {
   StridesBC strides;
   bool per_step, vector;
 
-  // Step values of state n of channel d (group g) of batch b, for the chunk at t0.
+  // State n's values at steps t0 .. t0+kN-1 for channel d (group g) of batch b.
   template <int kN>
-  __device__ __forceinline__ void load(int64_t b, int64_t g, int n, int64_t L, int64_t t0, bool reverse,
-                                       Acc constant, Acc (&out)[kN]) const {
+  __device__ __forceinline__ void load(int64_t b, int64_t d, int64_t g, int64_t n, int64_t L, int64_t t0,
+                                       bool reverse, Acc (&out)[kN]) const {
     if (!per_step) {
+      const Acc value = static_cast<const Acc*>(data)[d * strides.group + n * strides.state];
 #pragma unroll
-      for (int s = 0; s < kN; ++s) out[s] = t0 + s < L ? constant : Acc(0);
+      for (int s = 0; s < kN; ++s) out[s] = value;  // past the end dt * u = 0 and d_y = 0: no effect
       return;
     }
     const T* row = static_cast<const T*>(data) + b * strides.batch + g * strides.group + n * strides.state;
     load_steps<kN>(row, strides.step, L, t0, reverse, vector, out);
   }
-  __device__ __forceinline__ Acc per_channel(int64_t d, int n) const {
-    return per_step ? Acc(0) : static_cast<const Acc*>(data)[d * strides.group + n * strides.state];
-  }
 };
 
-// What a channel's threads read once: B's and C's rows, A, delta_bias and D.
-template <typename BCT, typename Acc>
-struct ChannelInputs {
-  BCRows<BCT, Acc> B, C;
-  const Acc* A;
-  Acc bias, D;
-
-  __device__ ChannelInputs(const SelectiveParams& p, int64_t d, bool active, bool bc_vector)
-      : B{p.B, p.b_strides, p.b_per_step, bc_vector},
-        C{p.C, p.c_strides, p.c_per_step, bc_vector},
-        A(static_cast<const Acc*>(p.A)),
-        bias(active && p.delta_bias ? static_cast<const Acc*>(p.delta_bias)[d] : Acc(0)),
-        D(active && p.D ? static_cast<const Acc*>(p.D)[d] : Acc(0)) {}
+// Which rows load and store as 16-byte vectors (the host's checks: bc_rows_vector, steps_vector).
+struct VectorRows {
+  bool u = false, delta = false, z = false, d_y = false, bc = false;
+  bool out = false;  // the contiguous (batch, dim, L) outputs
 };
 
-// Where a thread sits: its batch, channel, lane in the channel and states.
-template <int kLanes>
-struct Place {
-  static constexpr int kChannelsPerWarp = 32 / kLanes;
-  static constexpr int kChannelsPerBlock = kChannelsPerWarp * kWarps;
-  int64_t b, d, d0, group;
-  int64_t row;  // b * dim + d: the channel's row in the (batch, dim, ...) tensors
-  int lane, channel_in_warp, warp;
-  bool active;  // d < dim: the others run along for the shuffles and barriers, loading and storing nothing
+// A warp's channel: the block's kWarps warps take consecutive channels of one batch element.
+template <int kWarps>
+struct Channel {
+  int64_t b, d, row, group;  // row: b * dim + d, the channel's row in the (batch, dim, ...) tensors
+  bool active;               // d < dim
 
-  __device__ Place(const SelectiveParams& p) {
-    const int64_t blocks_per_batch = (p.dim + kChannelsPerBlock - 1) / kChannelsPerBlock;
+  __device__ Channel(const SelectiveParams& p) {
+    const int64_t blocks_per_batch = (p.dim + kWarps - 1) / kWarps;
     b = blockIdx.x / blocks_per_batch;
-    d0 = (blockIdx.x % blocks_per_batch) * kChannelsPerBlock;
-    warp = threadIdx.x / 32;
-    channel_in_warp = (threadIdx.x % 32) / kLanes;
-    lane = threadIdx.x % kLanes;
-    d = d0 + warp * kChannelsPerWarp + channel_in_warp;
+    d = (blockIdx.x % blocks_per_batch) * kWarps + threadIdx.x / 32;
     row = b * p.dim + d;
     active = d < p.dim;
     group = active ? d / (p.dim / p.groups) : 0;
   }
 };
 
-// One step's per-channel values, loaded by the lane that owns the step. load() only issues
-// the loads, so that a chunk's can be in flight while the chunk before computes; prepare()
-// then derives dt.
-template <typename V, typename Acc>
-struct StepValues {
-  Acc u = 0, raw_delta = 0, z = 0, dt = 0, dt_grad_scale = 1;
-  bool valid = false;
-  int64_t pos = 0;
+// Steps t0 .. t0+K-1 of channel d of batch b of a (batch, dim, L) input.
+template <int K, typename V, typename Acc>
+__device__ __forceinline__ void load_channel(const void* data, const Strides3& s, int64_t b, int64_t d, int64_t L,
+                                             int64_t t0, bool reverse, bool vector, Acc (&out)[K]) {
+  load_steps<K>(static_cast<const V*>(data) + b * s.batch + d * s.channel, s.step, L, t0, reverse, vector, out);
+}
 
-  __device__ __forceinline__ void load(const SelectiveParams& p, int64_t b, int64_t d, bool active, int64_t t) {
-    valid = active && t < p.seq_len;
-    u = raw_delta = z = 0;  // past the end: zeros, not the values of a step loaded before
-    if (!valid) return;
-    pos = p.reverse ? p.seq_len - 1 - t : t;
-    const auto at = [&](const Strides3& s) { return b * s.batch + d * s.channel + pos * s.step; };
-    u = to_acc<Acc>(static_cast<const V*>(p.u)[at(p.u_strides)]);
-    raw_delta = to_acc<Acc>(static_cast<const V*>(p.delta)[at(p.delta_strides)]);
-    if (p.z) z = to_acc<Acc>(static_cast<const V*>(p.z)[at(p.z_strides)]);
-  }
-  __device__ __forceinline__ void prepare(bool delta_softplus, Acc bias) {
-    if (!valid) return;  // dt = 0: the state passes through unchanged, and adds nothing
-    const Acc raw = raw_delta + bias;
-    dt = delta_softplus ? softplus(raw) : raw;
-    if (delta_softplus) dt_grad_scale = sigmoid(raw);
-  }
-};
+// A lane's dt and dt * u. Only these stay in registers across the states: the other step
+// inputs load again at the chunk's end, from the cache.
+template <typename V, typename Acc, int K>
+struct LaneSteps {
+  Acc dt[K], dtu[K];
 
-// The backward's: the step's values and its output gradient.
-template <typename V, typename Acc>
-struct GradStepValues : StepValues<V, Acc> {
-  Acc d_y = 0;
-
-  __device__ __forceinline__ void load(const SelectiveGradParams& p, int64_t b, int64_t d, bool active, int64_t t) {
-    StepValues<V, Acc>::load(p, b, d, active, t);
-    d_y = 0;
-    if (!this->valid) return;
-    const Strides3& s = p.d_y_strides;
-    d_y = to_acc<Acc>(static_cast<const V*>(p.d_y)[b * s.batch + d * s.channel + this->pos * s.step]);
+  __device__ __forceinline__ void load(const SelectiveParams& p, const VectorRows& vec, int64_t b, int64_t d,
+                                       int64_t t0, Acc bias) {
+    const int64_t L = p.seq_len;
+    Acc u[K];
+    load_channel<K, V>(p.u, p.u_strides, b, d, L, t0, p.reverse, vec.u, u);
+    load_channel<K, V>(p.delta, p.delta_strides, b, d, L, t0, p.reverse, vec.delta, dt);
+#pragma unroll
+    for (int i = 0; i < K; ++i) {
+      const Acc raw = dt[i] + bias;
+      // Past the end dt = 0: the state passes through unchanged.
+      dt[i] = t0 + i < L ? (p.delta_softplus ? softplus(raw) : raw) : Acc(0);
+      dtu[i] = dt[i] * u[i];
+    }
   }
 };
-
-template <typename Acc> __device__ __forceinline__ Acc silu(Acc z) { return z * sigmoid(z); }
 
 // ------------------------------------------------------------------------------------------
 // Forward
-template <typename V, typename BCT, int kLanes, int kStates>
-__global__ void __launch_bounds__(kThreads) selective_fwd_kernel(const SelectiveParams p, bool bc_vector) {
-  using Acc = acc_t<V>;
-  using P = Place<kLanes>;
-  __shared__ __align__(16) Acc shared_dt[kWarps][P::kChannelsPerWarp][kLanes];
-  __shared__ __align__(16) Acc shared_dtu[kWarps][P::kChannelsPerWarp][kLanes];
-  wait_for_prior_grid();
-  const P at(p);
-  const int64_t L = p.seq_len, N = p.states;
-  const ChannelInputs<BCT, Acc> in(p, at.d, at.active, bc_vector);
-  const auto& [Brows, Crows, A, bias, Dd] = in;
 
-  Acc h[kStates], scaled_A[kStates], B_const[kStates], C_const[kStates];
-#pragma unroll
-  for (int j = 0; j < kStates; ++j) {
-    const int n = j * kLanes + at.lane;
-    const bool real = at.active && n < N;
-    scaled_A[j] = real ? A[at.d * N + n] * Decay<Acc>::kScale : Acc(0);
-    h[j] = real && p.initial ? static_cast<const Acc*>(p.initial)[at.row * N + n] : Acc(0);
-    B_const[j] = real ? Brows.per_channel(at.d, n) : Acc(0);
-    C_const[j] = real ? Crows.per_channel(at.d, n) : Acc(0);
+// The forward's register budget: at least this many threads resident on a multiprocessor
+// (95 registers at 8 steps a thread, without spills; measured with ptxas -v).
+constexpr int kFwdThreadsPerSM = 640;
+
+// Shared memory of a warp: per state, A * log2(e) and the state entering the chunk.
+template <typename Acc> constexpr size_t fwd_shared_per_warp(int64_t states) { return 2 * states * sizeof(Acc); }
+
+template <typename V, typename BCT, int K, int kWarps>
+__global__ void __launch_bounds__(32 * kWarps, kFwdThreadsPerSM / (32 * kWarps)) selective_fwd_kernel(const SelectiveParams p, VectorRows vec) {
+  using Acc = acc_t<V>;
+  constexpr int kChunk = 32 * K;
+  static_assert(kChunk % kCheckpointSteps == 0, "a chunk starts at a checkpoint");
+  extern __shared__ __align__(16) unsigned char dynamic_shared[];
+  const int64_t N = p.states, L = p.seq_len;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  Acc* scaled_A = reinterpret_cast<Acc*>(dynamic_shared) + warp * 2 * N;
+  Acc* carry = scaled_A + N;  // the state entering the chunk, read and written by lane 0 alone
+  wait_for_prior_grid();
+  const Channel<kWarps> ch(p);
+  if (!ch.active) return;
+  const BCRows<BCT, Acc> Brows{p.B, p.b_strides, p.b_per_step, vec.bc}, Crows{p.C, p.c_strides, p.c_per_step, vec.bc};
+  for (int64_t n = lane; n < N; n += 32) {
+    scaled_A[n] = static_cast<const Acc*>(p.A)[ch.d * N + n] * Decay<Acc>::kScale;
+    carry[n] = p.initial ? static_cast<const Acc*>(p.initial)[ch.row * N + n] : Acc(0);
   }
+  __syncwarp();
+  const Acc bias = p.delta_bias ? static_cast<const Acc*>(p.delta_bias)[ch.d] : Acc(0);
+  const Acc D = p.D ? static_cast<const Acc*>(p.D)[ch.d] : Acc(0);
   Acc* checkpoints = static_cast<Acc*>(p.checkpoints);
   const int64_t num_ckpt = num_checkpoints(L);
-  // Where a lane's B and C of a chunk fit in a few registers, the next chunk's load while this
-  // one computes, as do the per-step values; otherwise B and C load at the start of their state.
-  constexpr bool kPrefetchBC = kStates * kLanes <= 16;
-  const auto load_bc = [&](int j, int64_t t0, Acc (&Bs)[kLanes], Acc (&Cs)[kLanes]) {
-    const int n = min(j * kLanes + at.lane, int(N) - 1);  // past N: any real row; B = C = 0 below
-    Brows.template load<kLanes>(at.b, at.group, n, L, t0, p.reverse, B_const[j], Bs);
-    Crows.template load<kLanes>(at.b, at.group, n, L, t0, p.reverse, C_const[j], Cs);
-    if (j * kLanes + at.lane >= N) {
-#pragma unroll
-      for (int s = 0; s < kLanes; ++s) Bs[s] = Cs[s] = 0;
-    }
-  };
-  StepValues<V, Acc> next;
-  Acc next_B[kPrefetchBC ? kStates : 1][kLanes], next_C[kPrefetchBC ? kStates : 1][kLanes];
-  next.load(p, at.b, at.d, at.active, at.lane);
-  if constexpr (kPrefetchBC) {
-#pragma unroll
-    for (int j = 0; j < kStates; ++j) load_bc(j, 0, next_B[j], next_C[j]);
-  }
 
-  for (int64_t t0 = 0; t0 < L; t0 += kLanes) {
-    StepValues<V, Acc> step = next;
-    Acc chunk_B[kPrefetchBC ? kStates : 1][kLanes], chunk_C[kPrefetchBC ? kStates : 1][kLanes];
-    if constexpr (kPrefetchBC) {
+  for (int64_t chunk_t0 = 0; chunk_t0 < L; chunk_t0 += kChunk) {
+    const int64_t t0 = chunk_t0 + lane * K;  // this lane's first step
+    const bool saves_checkpoint = t0 % kCheckpointSteps == 0 && t0 < L;
+    LaneSteps<V, Acc, K> s;
+    s.load(p, vec, ch.b, ch.d, t0, bias);
+    Acc y[K];
 #pragma unroll
-      for (int j = 0; j < kStates; ++j)
+    for (int i = 0; i < K; ++i) y[i] = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      Acc Bn[K], Cn[K], a[K], bu[K];
+      Brows.template load<K>(ch.b, ch.d, ch.group, n, L, t0, p.reverse, Bn);
+      Crows.template load<K>(ch.b, ch.d, ch.group, n, L, t0, p.reverse, Cn);
+      const Acc sA = scaled_A[n];
+      Acc pa = 1, pb = 0;
 #pragma unroll
-        for (int s = 0; s < kLanes; ++s) chunk_B[j][s] = next_B[j][s], chunk_C[j][s] = next_C[j][s];
-    }
-    if (t0 + kLanes < L) {
-      next.load(p, at.b, at.d, at.active, t0 + kLanes + at.lane);
-      if constexpr (kPrefetchBC) {
-#pragma unroll
-        for (int j = 0; j < kStates; ++j) load_bc(j, t0 + kLanes, next_B[j], next_C[j]);
+      for (int i = 0; i < K; ++i) {
+        a[i] = Decay<Acc>::of(s.dt[i], sA);
+        bu[i] = s.dtu[i] * Bn[i];
+        pb = a[i] * pb + bu[i];
+        pa *= a[i];
       }
-    }
-    step.prepare(p.delta_softplus, bias);
-    __syncwarp();  // the chunk before has read the shared steps
-    shared_dt[at.warp][at.channel_in_warp][at.lane] = step.dt;
-    shared_dtu[at.warp][at.channel_in_warp][at.lane] = step.dt * step.u;
-    __syncwarp();
-    Acc dt[kLanes], dtu[kLanes];
+      const Acc entering_chunk = lane == 0 ? carry[n] : Acc(0);
+      if (lane == 0) pb += pa * entering_chunk;
+      scan_maps<false>(pa, pb, lane);
+      Acc h = __shfl_up_sync(kFullMask, pb, 1);
+      if (lane == 0) h = entering_chunk;
+      if (saves_checkpoint) checkpoints[(ch.row * num_ckpt + t0 / kCheckpointSteps) * N + n] = h;
 #pragma unroll
-    for (int s = 0; s < kLanes; ++s) {
-      dt[s] = shared_dt[at.warp][at.channel_in_warp][s];
-      dtu[s] = shared_dtu[at.warp][at.channel_in_warp][s];
-    }
-    if (t0 % kCheckpointSteps == 0 && at.active) {
-#pragma unroll
-      for (int j = 0; j < kStates; ++j) {
-        const int n = j * kLanes + at.lane;
-        if (n < N) checkpoints[(at.row * num_ckpt + t0 / kCheckpointSteps) * N + n] = h[j];
+      for (int i = 0; i < K; ++i) {
+        h = a[i] * h + bu[i];
+        y[i] += Cn[i] * h;
       }
+      const Acc leaving_chunk = __shfl_sync(kFullMask, pb, 31);
+      if (lane == 0) carry[n] = leaving_chunk;
     }
-    Acc y[kLanes];
+    Acc u[K], z[K];
+    load_channel<K, V>(p.u, p.u_strides, ch.b, ch.d, L, t0, p.reverse, vec.u, u);
+    if (p.z) load_channel<K, V>(p.z, p.z_strides, ch.b, ch.d, L, t0, p.reverse, vec.z, z);
 #pragma unroll
-    for (int s = 0; s < kLanes; ++s) y[s] = 0;
-#pragma unroll
-    for (int j = 0; j < kStates; ++j) {
-      Acc Bs[kLanes], Cs[kLanes];
-      if constexpr (kPrefetchBC) {
-#pragma unroll
-        for (int s = 0; s < kLanes; ++s) Bs[s] = chunk_B[j][s], Cs[s] = chunk_C[j][s];
-      } else {
-        load_bc(j, t0, Bs, Cs);
-      }
-#pragma unroll
-      for (int s = 0; s < kLanes; ++s) {
-        const Acc a = Decay<Acc>::of(dt[s], scaled_A[j]);
-        h[j] = a * h[j] + dtu[s] * Bs[s];
-        y[s] += Cs[s] * h[j];
-      }
+    for (int i = 0; i < K; ++i) {
+      y[i] += D * u[i];
+      if (p.z) y[i] *= silu(z[i]);
     }
-    const Acc sum = sum_over_lanes<kLanes>(y, at.lane);
-    if (step.valid) {
-      Acc out = sum + Dd * step.u;
-      if (p.z) out *= silu(step.z);
-      static_cast<V*>(p.y)[at.row * L + step.pos] = from_acc<V>(out);
-    }
+    store_steps<K>(static_cast<V*>(p.y) + ch.row * L, L, t0, p.reverse, vec.out, y);
   }
-  if (at.active) {
-#pragma unroll
-    for (int j = 0; j < kStates; ++j) {
-      const int n = j * kLanes + at.lane;
-      if (n < N) static_cast<Acc*>(p.last_state)[at.row * N + n] = h[j];
-    }
-  }
+  __syncwarp();
+  for (int64_t n = lane; n < N; n += 32) static_cast<Acc*>(p.last_state)[ch.row * N + n] = carry[n];
 }
 
 // ------------------------------------------------------------------------------------------
 // Backward
-template <int kLanes, int kStates>
-struct BwdShared {
-  static constexpr int kChunksPerSpan = kCheckpointSteps / kLanes;
-  static constexpr int kMaxStates = kLanes * kStates;
-  static constexpr int kTileSlots = 2;  // a block's channels lie in at most 2 groups where groups hold >= its channels
-};
 
-template <typename V, typename BCT, int kLanes, int kStates>
-__global__ void __launch_bounds__(kThreads) selective_bwd_kernel(const SelectiveGradParams p, bool bc_vector,
-                                                                 bool use_tile) {
+// Shared memory of the backward: per warp and state, A * log2(e), A, the gradient flowing
+// into the chunk from the one after, the chunk's first state, and the sums over steps of the
+// gradients of A and of per-channel B and C; then, where the block's warps add their d_B and
+// d_C (block_sums), two turns of a [kWarps][2][chunk] tile.
+template <typename Acc> constexpr size_t bwd_shared_per_warp(int64_t states) { return 7 * states * sizeof(Acc); }
+template <typename Acc, int K, int kWarps> constexpr size_t bwd_tile_bytes() {
+  return 2 * kWarps * 2 * 32 * K * sizeof(Acc);
+}
+
+template <typename V, typename BCT, int K, int kWarps>
+__global__ void __launch_bounds__(32 * kWarps) selective_bwd_kernel(const SelectiveGradParams p, VectorRows vec,
+                                                                    bool block_sums) {
   using Acc = acc_t<V>;
-  using P = Place<kLanes>;
-  using S = BwdShared<kLanes, kStates>;
-  __shared__ __align__(16) Acc shared_dt[kWarps][P::kChannelsPerWarp][kLanes];
-  __shared__ __align__(16) Acc shared_dtu[kWarps][P::kChannelsPerWarp][kLanes];
-  __shared__ __align__(16) Acc shared_g[kWarps][P::kChannelsPerWarp][kLanes];
-  // Dynamic: each chunk's first states in the span [chunk][j][thread], then the d_B and d_C
-  // tiles [slot][n][step] (only where use_tile).
+  constexpr int kChunk = 32 * K;
+  static_assert(kChunk % kCheckpointSteps == 0, "a chunk starts at a checkpoint");
   extern __shared__ __align__(16) unsigned char dynamic_shared[];
-  Acc* chunk_starts = reinterpret_cast<Acc*>(dynamic_shared);
-  Acc* tile_B = chunk_starts + S::kChunksPerSpan * kStates * kThreads;
-  Acc* tile_C = tile_B + S::kTileSlots * S::kMaxStates * kLanes;
-  constexpr int kTileSize = S::kTileSlots * S::kMaxStates * kLanes;
-
+  const int64_t N = p.states, L = p.seq_len;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  Acc* const shared = reinterpret_cast<Acc*>(dynamic_shared);
+  Acc* scaled_A = shared + warp * 7 * N;
+  Acc* A_raw = scaled_A + N;
+  Acc* dh_carry = A_raw + N;     // lane 31 alone
+  Acc* chunk_start = dh_carry + N;
+  Acc* dA_sum = chunk_start + N;  // lane 0 alone, as the two below
+  Acc* dB_sum = dA_sum + N;
+  Acc* dC_sum = dB_sum + N;
+  Acc* tile = shared + kWarps * 7 * N;  // [turn][warp][B, C][step in chunk]
   wait_for_prior_grid();
-  const P at(p);
-  const int64_t L = p.seq_len, N = p.states;
-  const ChannelInputs<BCT, Acc> in(p, at.d, at.active, bc_vector);
-  const auto& [Brows, Crows, A, bias, Dd] = in;
-  const int64_t channels_per_group = p.dim / p.groups;
-  const int64_t first_group = at.d0 / channels_per_group;
-  // Whether the warp's channels share a group, so that their d_B, d_C add before the atomics.
-  // (Lane 0's group read by every lane first: a shuffle inside the || would leave out the lanes
-  // past dim, and the warp would wait for them forever.)
-  const int64_t lane0_group = __shfl_sync(kFullMask, at.group, 0);
-  const bool warp_one_group = __all_sync(kFullMask, !at.active || at.group == lane0_group);
-
-  Acc scaled_A[kStates], A_raw[kStates], B_const[kStates], C_const[kStates];
-  Acc dh_carry[kStates], dA_sum[kStates], dB_sum[kStates], dC_sum[kStates];
-#pragma unroll
-  for (int j = 0; j < kStates; ++j) {
-    const int n = j * kLanes + at.lane;
-    const bool real = at.active && n < N;
-    A_raw[j] = real ? A[at.d * N + n] : Acc(0);
-    scaled_A[j] = A_raw[j] * Decay<Acc>::kScale;
-    B_const[j] = real ? Brows.per_channel(at.d, n) : Acc(0);
-    C_const[j] = real ? Crows.per_channel(at.d, n) : Acc(0);
-    dh_carry[j] = real && p.d_last_state ? static_cast<const Acc*>(p.d_last_state)[at.row * N + n] : Acc(0);
-    dA_sum[j] = dB_sum[j] = dC_sum[j] = 0;
+  const Channel<kWarps> ch(p);
+  if (!ch.active) return;  // block_sums holds only where every warp of a block has a channel
+  const BCRows<BCT, Acc> Brows{p.B, p.b_strides, p.b_per_step, vec.bc}, Crows{p.C, p.c_strides, p.c_per_step, vec.bc};
+  for (int64_t n = lane; n < N; n += 32) {
+    A_raw[n] = static_cast<const Acc*>(p.A)[ch.d * N + n];
+    scaled_A[n] = A_raw[n] * Decay<Acc>::kScale;
+    dh_carry[n] = p.d_last_state ? static_cast<const Acc*>(p.d_last_state)[ch.row * N + n] : Acc(0);
+    dA_sum[n] = dB_sum[n] = dC_sum[n] = 0;
   }
-  if (use_tile) {
-    for (int i = threadIdx.x; i < 2 * kTileSize; i += kThreads) tile_B[i] = 0;  // tile_C follows tile_B
-    __syncthreads();
-  }
-  Acc dD_sum = 0, dbias_sum = 0;
+  const Acc bias = p.delta_bias ? static_cast<const Acc*>(p.delta_bias)[ch.d] : Acc(0);
+  const Acc D = p.D ? static_cast<const Acc*>(p.D)[ch.d] : Acc(0);
   const Acc* checkpoints = static_cast<const Acc*>(p.checkpoints);
   const int64_t num_ckpt = num_checkpoints(L);
-  const auto chunk_start = [&](int c, int j) -> Acc& { return chunk_starts[(c * kStates + j) * kThreads + threadIdx.x]; };
+  const int64_t bc_row0 = (ch.b * p.groups + ch.group) * N;  // d_B's, d_C's row of state 0
+  Acc dD_part = 0, dbias_part = 0;
+  int turn = 0;
 
-  for (int64_t span = num_ckpt - 1; span >= 0; --span) {
-    const int64_t span_t0 = span * kCheckpointSteps;
-    const int chunks = int((min(L - span_t0, kCheckpointSteps) + kLanes - 1) / kLanes);
-    // Each chunk's first state, rescanned from the checkpoint.
+  for (int64_t chunk_t0 = (L - 1) / kChunk * kChunk; chunk_t0 >= 0; chunk_t0 -= kChunk) {
+    const int64_t t0 = chunk_t0 + lane * K;
+    LaneSteps<V, Acc, K> s;
+    s.load(p, vec, ch.b, ch.d, t0, bias);
+    Acc g[K];  // the gradient of the output before the gate, d_y * silu(z)
     {
-      Acc h[kStates];
+      Acc z[K];
+      load_channel<K, V>(p.d_y, p.d_y_strides, ch.b, ch.d, L, t0, p.reverse, vec.d_y, g);
+      if (p.z) load_channel<K, V>(p.z, p.z_strides, ch.b, ch.d, L, t0, p.reverse, vec.z, z);
 #pragma unroll
-      for (int j = 0; j < kStates; ++j) {
-        const int n = j * kLanes + at.lane;
-        h[j] = at.active && n < N ? checkpoints[(at.row * num_ckpt + span) * N + n] : Acc(0);
-      }
-      StepValues<V, Acc> next;  // the next chunk's, in flight while one computes
-      next.load(p, at.b, at.d, at.active, span_t0 + at.lane);
-      for (int c = 0; c < chunks; ++c) {
-#pragma unroll
-        for (int j = 0; j < kStates; ++j) chunk_start(c, j) = h[j];
-        if (c == chunks - 1) break;
-        const int64_t t0 = span_t0 + c * kLanes;
-        StepValues<V, Acc> step = next;
-        if (c + 2 < chunks) next.load(p, at.b, at.d, at.active, t0 + kLanes + at.lane);
-        step.prepare(p.delta_softplus, bias);
-        __syncwarp();
-        shared_dt[at.warp][at.channel_in_warp][at.lane] = step.dt;
-        shared_dtu[at.warp][at.channel_in_warp][at.lane] = step.dt * step.u;
-        __syncwarp();
-#pragma unroll
-        for (int j = 0; j < kStates; ++j) {
-          const int n = min(j * kLanes + at.lane, int(N) - 1);
-          const bool real = j * kLanes + at.lane < N;
-          Acc Bs[kLanes];
-          Brows.template load<kLanes>(at.b, at.group, n, L, t0, p.reverse, B_const[j], Bs);
-#pragma unroll
-          for (int s = 0; s < kLanes; ++s) {
-            const Acc dt = shared_dt[at.warp][at.channel_in_warp][s];
-            const Acc dtu = shared_dtu[at.warp][at.channel_in_warp][s];
-            h[j] = Decay<Acc>::of(dt, scaled_A[j]) * h[j] + dtu * (real ? Bs[s] : Acc(0));
-          }
-        }
-      }
+      for (int i = 0; i < K; ++i) g[i] = p.z ? g[i] * silu(z[i]) : g[i];
     }
-    // The chunks, last to first.
-    GradStepValues<V, Acc> next;
-    next.load(p, at.b, at.d, at.active, span_t0 + (chunks - 1) * kLanes + at.lane);
-    for (int c = chunks - 1; c >= 0; --c) {
-      const int64_t t0 = span_t0 + c * kLanes;
-      GradStepValues<V, Acc> step = next;
-      if (c > 0) next.load(p, at.b, at.d, at.active, t0 - kLanes + at.lane);
-      const Acc dy = step.d_y;
-      step.prepare(p.delta_softplus, bias);
-      const Acc g = p.z ? dy * silu(step.z) : dy;
-      __syncwarp();
-      shared_dt[at.warp][at.channel_in_warp][at.lane] = step.dt;
-      shared_dtu[at.warp][at.channel_in_warp][at.lane] = step.dt * step.u;
-      shared_g[at.warp][at.channel_in_warp][at.lane] = g;
-      __syncwarp();
-      Acc dt[kLanes], dtu[kLanes], gs[kLanes];
+    __syncwarp();  // the chunk after has read its first states
+    for (int64_t n = lane; n < N; n += 32)
+      chunk_start[n] = checkpoints[(ch.row * num_ckpt + chunk_t0 / kCheckpointSteps) * N + n];
+    __syncwarp();
+    Acc q[K], r[K], y_states[K];  // per step: sum_n dh B, sum_n dh h[t-1] a A, sum_n C h
 #pragma unroll
-      for (int s = 0; s < kLanes; ++s) {
-        dt[s] = shared_dt[at.warp][at.channel_in_warp][s];
-        dtu[s] = shared_dtu[at.warp][at.channel_in_warp][s];
-        gs[s] = shared_g[at.warp][at.channel_in_warp][s];
+    for (int i = 0; i < K; ++i) q[i] = r[i] = y_states[i] = 0;
+
+    for (int64_t n = 0; n < N; ++n) {
+      Acc Bn[K], Cn[K], a[K], h[K];
+      Brows.template load<K>(ch.b, ch.d, ch.group, n, L, t0, p.reverse, Bn);
+      Crows.template load<K>(ch.b, ch.d, ch.group, n, L, t0, p.reverse, Cn);
+      const Acc sA = scaled_A[n], An = A_raw[n];
+      // The states, replayed from the chunk's first.
+      Acc pa = 1, pb = 0;
+#pragma unroll
+      for (int i = 0; i < K; ++i) {
+        a[i] = Decay<Acc>::of(s.dt[i], sA);
+        pb = a[i] * pb + s.dtu[i] * Bn[i];
+        pa *= a[i];
       }
-      Acc dBC_q[kLanes], dt_r[kLanes], y[kLanes];  // sum_n dh B, sum_n dh h[t-1] a A, sum_n C h
+      const Acc decay_all = pa;  // this lane's product of a, for the reverse maps
+      const Acc first = lane == 0 ? chunk_start[n] : Acc(0);
+      if (lane == 0) pb += pa * first;
+      scan_maps<false>(pa, pb, lane);
+      Acc h_before = __shfl_up_sync(kFullMask, pb, 1);
+      if (lane == 0) h_before = first;
+      {
+        Acc state = h_before;
 #pragma unroll
-      for (int s = 0; s < kLanes; ++s) dBC_q[s] = dt_r[s] = y[s] = 0;
-#pragma unroll
-      for (int j = 0; j < kStates; ++j) {
-        const int n = min(j * kLanes + at.lane, int(N) - 1);
-        const bool real = j * kLanes + at.lane < N;
-        Acc Bs[kLanes], Cs[kLanes], hs[kLanes], as[kLanes];
-        Brows.template load<kLanes>(at.b, at.group, n, L, t0, p.reverse, B_const[j], Bs);
-        Crows.template load<kLanes>(at.b, at.group, n, L, t0, p.reverse, C_const[j], Cs);
-        const Acc h0 = chunk_start(c, j);
-        Acc h = h0;
-#pragma unroll
-        for (int s = 0; s < kLanes; ++s) {
-          if (!real) Bs[s] = Cs[s] = 0;
-          as[s] = Decay<Acc>::of(dt[s], scaled_A[j]);
-          h = as[s] * h + dtu[s] * Bs[s];
-          hs[s] = h;
-          y[s] += Cs[s] * h;
-        }
-        Acc carry = dh_carry[j];
-#pragma unroll
-        for (int s = kLanes - 1; s >= 0; --s) {
-          const Acc dh = Cs[s] * gs[s] + carry;
-          dBC_q[s] += dh * Bs[s];
-          const Acc w = dh * (s > 0 ? hs[s - 1] : h0) * as[s];
-          dt_r[s] += w * A_raw[j];
-          dA_sum[j] += w * dt[s];
-          const Acc dB = dh * dtu[s], dC = gs[s] * hs[s];
-          if (p.b_per_step || p.c_per_step) {
-            const int64_t slot = at.group - first_group;
-            const Acc dB_add = warp_one_group ? sum_over_channels<kLanes>(dB) : dB;
-            const Acc dC_add = warp_one_group ? sum_over_channels<kLanes>(dC) : dC;
-            if (real && at.active && (!warp_one_group || at.channel_in_warp == 0)) {
-              const int64_t t = t0 + s;
-              if (t < L) {
-                const int64_t pos = p.reverse ? L - 1 - t : t;
-                const int64_t row = (at.b * p.groups + at.group) * N + n;
-                if (p.b_per_step) {
-                  if (use_tile) atomicAdd(&tile_B[(slot * S::kMaxStates + n) * kLanes + s], dB_add);
-                  else atomicAdd(static_cast<Acc*>(p.d_B) + row * L + pos, dB_add);
-                }
-                if (p.c_per_step) {
-                  if (use_tile) atomicAdd(&tile_C[(slot * S::kMaxStates + n) * kLanes + s], dC_add);
-                  else atomicAdd(static_cast<Acc*>(p.d_C) + row * L + pos, dC_add);
-                }
-              }
-            }
-          }
-          if (!p.b_per_step) dB_sum[j] += dB;
-          if (!p.c_per_step) dC_sum[j] += dC;
-          carry = as[s] * dh;
-        }
-        dh_carry[j] = carry;
+        for (int i = 0; i < K; ++i) h[i] = state = a[i] * state + s.dtu[i] * Bn[i];
       }
-      const Acc q = sum_over_lanes<kLanes>(dBC_q, at.lane);
-      const Acc r = sum_over_lanes<kLanes>(dt_r, at.lane);
-      const Acc y_states = sum_over_lanes<kLanes>(y, at.lane);
-      if (step.valid) {
-        const int64_t out = at.row * L + step.pos;
-        const Acc d_dt = step.u * q + r;
-        const Acc d_delta = d_dt * step.dt_grad_scale;
-        static_cast<V*>(p.d_u)[out] = from_acc<V>(Dd * g + step.dt * q);
-        static_cast<V*>(p.d_delta)[out] = from_acc<V>(d_delta);
-        if (p.z) {
-          const Acc sz = sigmoid(step.z);
-          const Acc y_pre = y_states + Dd * step.u;
-          static_cast<V*>(p.d_z)[out] = from_acc<V>(dy * y_pre * sz * (Acc(1) + step.z * (Acc(1) - sz)));
-        }
-        dD_sum += g * step.u;
-        dbias_sum += d_delta;
+      // The state gradients: lane maps cin -> a[0] * dh[0] = decay_all * cin + qb, where cin
+      // = a[t+1] * dh[t+1] of the step after the lane's last.
+      Acc qb = 0;
+#pragma unroll
+      for (int i = K - 1; i >= 0; --i) qb = a[i] * (Cn[i] * g[i] + qb);
+      Acc qa = decay_all;
+      const Acc after = lane == 31 ? dh_carry[n] : Acc(0);
+      if (lane == 31) qb += qa * after;
+      scan_maps<true>(qa, qb, lane);
+      Acc cin = __shfl_down_sync(kFullMask, qb, 1);
+      if (lane == 31) cin = after;
+      const Acc leaving = __shfl_sync(kFullMask, qb, 0);  // into the chunk before
+      if (lane == 31) dh_carry[n] = leaving;
+
+      Acc dA_part = 0, dB_part = 0, dC_part = 0, dB[K], dC[K];
+#pragma unroll
+      for (int i = K - 1; i >= 0; --i) {
+        const Acc dh = Cn[i] * g[i] + cin;
+        cin = a[i] * dh;
+        q[i] += dh * Bn[i];
+        const Acc w = dh * (i > 0 ? h[i - 1] : h_before) * a[i];  // d / d(dt * A) of the decay
+        r[i] += w * An;
+        dA_part += w * s.dt[i];
+        dB[i] = dh * s.dtu[i];
+        dC[i] = g[i] * h[i];
+        dB_part += dB[i];
+        dC_part += dC[i];
+        y_states[i] += Cn[i] * h[i];
       }
-      if (use_tile) {
-        __syncthreads();
-        const int64_t groups_here = min(int64_t(S::kTileSlots), p.groups - first_group);
-        for (int i = threadIdx.x; i < kTileSize; i += kThreads) {
-          const int s = i % kLanes, n = (i / kLanes) % S::kMaxStates, slot = i / (kLanes * S::kMaxStates);
-          const int64_t t = t0 + s;
-          if (slot < groups_here && n < N && t < L) {
-            const int64_t pos = p.reverse ? L - 1 - t : t;
-            const int64_t row = (at.b * p.groups + first_group + slot) * N + n;
-            if (p.b_per_step) atomicAdd(static_cast<Acc*>(p.d_B) + row * L + pos, tile_B[i]);
-            if (p.c_per_step) atomicAdd(static_cast<Acc*>(p.d_C) + row * L + pos, tile_C[i]);
-          }
-          tile_B[i] = tile_C[i] = 0;
-        }
-        __syncthreads();
+      dA_part = warp_sum(dA_part);
+      if (!p.b_per_step) dB_part = warp_sum(dB_part);
+      if (!p.c_per_step) dC_part = warp_sum(dC_part);
+      if (lane == 0) {
+        dA_sum[n] += dA_part;
+        if (!p.b_per_step) dB_sum[n] += dB_part;
+        if (!p.c_per_step) dC_sum[n] += dC_part;
       }
+      if (!(p.b_per_step || p.c_per_step)) continue;
+      Acc* const dB_row = static_cast<Acc*>(p.d_B) + (bc_row0 + n) * L;
+      Acc* const dC_row = static_cast<Acc*>(p.d_C) + (bc_row0 + n) * L;
+      if (!block_sums) {
+        if (p.b_per_step) add_steps<K>(dB_row, L, t0, p.reverse, vec.out, dB);
+        if (p.c_per_step) add_steps<K>(dC_row, L, t0, p.reverse, vec.out, dC);
+        continue;
+      }
+      // The block's warps are channels of one group: add their tiles, then once to global memory.
+      Acc* const mine = tile + (turn * kWarps + warp) * 2 * kChunk;
+#pragma unroll
+      for (int i = 0; i < K; ++i) mine[lane * K + i] = dB[i], mine[kChunk + lane * K + i] = dC[i];
+      __syncthreads();
+      constexpr int kRun = 4;  // steps a thread adds per pass
+      for (int run = threadIdx.x; run < 2 * kChunk / kRun; run += 32 * kWarps) {
+        const int first_step = run * kRun % kChunk;
+        const bool is_C = run * kRun >= kChunk;
+        if (is_C ? !p.c_per_step : !p.b_per_step) continue;
+        Acc sum[kRun] = {};
+        for (int w = 0; w < kWarps; ++w) {
+          const Acc* theirs = tile + (turn * kWarps + w) * 2 * kChunk + run * kRun;
+#pragma unroll
+          for (int k = 0; k < kRun; ++k) sum[k] += theirs[k];
+        }
+        add_steps<kRun>(is_C ? dC_row : dB_row, L, chunk_t0 + first_step, p.reverse, vec.out, sum);
+      }
+      turn ^= 1;  // the next state writes the other turn: one barrier a state suffices
     }
-  }
-  // Per (b, d, n) and per channel: the state gradient entering the scan, and the sums over the steps.
+
+    Acc u[K], raw_delta[K], d_y[K], z[K], d_u[K], d_delta[K], d_z[K];
+    load_channel<K, V>(p.u, p.u_strides, ch.b, ch.d, L, t0, p.reverse, vec.u, u);
+    if (p.delta_softplus) load_channel<K, V>(p.delta, p.delta_strides, ch.b, ch.d, L, t0, p.reverse, vec.delta, raw_delta);
+    if (p.z) {
+      load_channel<K, V>(p.d_y, p.d_y_strides, ch.b, ch.d, L, t0, p.reverse, vec.d_y, d_y);
+      load_channel<K, V>(p.z, p.z_strides, ch.b, ch.d, L, t0, p.reverse, vec.z, z);
+    }
 #pragma unroll
-  for (int j = 0; j < kStates; ++j) {
-    const int n = j * kLanes + at.lane;
-    if (!(at.active && n < N)) continue;
-    static_cast<Acc*>(p.d_initial)[at.row * N + n] = dh_carry[j];
-    atomicAdd(static_cast<Acc*>(p.d_A) + at.d * N + n, dA_sum[j]);
-    if (!p.b_per_step) atomicAdd(static_cast<Acc*>(p.d_B) + at.d * N + n, dB_sum[j]);
-    if (!p.c_per_step) atomicAdd(static_cast<Acc*>(p.d_C) + at.d * N + n, dC_sum[j]);
+    for (int i = 0; i < K; ++i) {
+      const Acc d_dt = u[i] * q[i] + r[i];
+      d_u[i] = D * g[i] + s.dt[i] * q[i];
+      d_delta[i] = p.delta_softplus ? d_dt * sigmoid(raw_delta[i] + bias) : d_dt;
+      if (p.z) {
+        const Acc sz = sigmoid(z[i]);
+        d_z[i] = d_y[i] * (y_states[i] + D * u[i]) * sz * (Acc(1) + z[i] * (Acc(1) - sz));
+      }
+      dD_part += g[i] * u[i];
+      if (t0 + i < L) dbias_part += d_delta[i];
+    }
+    store_steps<K>(static_cast<V*>(p.d_u) + ch.row * L, L, t0, p.reverse, vec.out, d_u);
+    store_steps<K>(static_cast<V*>(p.d_delta) + ch.row * L, L, t0, p.reverse, vec.out, d_delta);
+    if (p.z) store_steps<K>(static_cast<V*>(p.d_z) + ch.row * L, L, t0, p.reverse, vec.out, d_z);
   }
-#pragma unroll
-  for (int o = 1; o < kLanes; o *= 2) {
-    dD_sum += __shfl_xor_sync(kFullMask, dD_sum, o);
-    dbias_sum += __shfl_xor_sync(kFullMask, dbias_sum, o);
+  // Per channel: the gradient entering the scan, and the sums over the steps.
+  __syncwarp();
+  for (int64_t n = lane; n < N; n += 32) {
+    static_cast<Acc*>(p.d_initial)[ch.row * N + n] = dh_carry[n];
+    atomicAdd(static_cast<Acc*>(p.d_A) + ch.d * N + n, dA_sum[n]);
+    if (!p.b_per_step) atomicAdd(static_cast<Acc*>(p.d_B) + ch.d * N + n, dB_sum[n]);
+    if (!p.c_per_step) atomicAdd(static_cast<Acc*>(p.d_C) + ch.d * N + n, dC_sum[n]);
   }
-  if (at.active && at.lane == 0) {
-    if (p.d_D) atomicAdd(static_cast<Acc*>(p.d_D) + at.d, dD_sum);
-    if (p.d_delta_bias) atomicAdd(static_cast<Acc*>(p.d_delta_bias) + at.d, dbias_sum);
+  dD_part = warp_sum(dD_part);
+  dbias_part = warp_sum(dbias_part);
+  if (lane == 0) {
+    if (p.d_D) atomicAdd(static_cast<Acc*>(p.d_D) + ch.d, dD_part);
+    if (p.d_delta_bias) atomicAdd(static_cast<Acc*>(p.d_delta_bias) + ch.d, dbias_part);
   }
 }
 
 // ------------------------------------------------------------------------------------------
 // Launch
 
-// Whether per-step B and C rows load as 16-byte vectors: unit stride along the sequence, and
-// every chunk of either scan direction starts 16-byte aligned.
-template <typename BCT>
-bool bc_rows_vector(const SelectiveParams& p) {
-  const auto aligned = [&](const void* data, const StridesBC& s, bool per_step) {
+// Whether the rows of a (batch, dim, L) tensor load as 16-byte vectors of K steps: unit
+// stride along the sequence, and every run of either direction 16-byte aligned.
+inline bool steps_vector(const void* data, const Strides3& s, int64_t L, size_t bytes) {
+  return data && s.step == 1 && reinterpret_cast<uintptr_t>(data) % 16 == 0 && (s.batch * bytes) % 16 == 0 &&
+         (s.channel * bytes) % 16 == 0 && (L * bytes) % 16 == 0;
+}
+
+template <typename V, typename BCT>
+VectorRows vector_rows(const SelectiveParams& p) {
+  using Acc = acc_t<V>;
+  const auto bc_aligned = [&](const void* data, const StridesBC& s, bool per_step) {
     if (!per_step) return true;
     const int64_t bytes = sizeof(BCT);
     return s.step == 1 && reinterpret_cast<uintptr_t>(data) % 16 == 0 && (s.batch * bytes) % 16 == 0 &&
            (s.group * bytes) % 16 == 0 && (s.state * bytes) % 16 == 0 && (p.seq_len * bytes) % 16 == 0;
   };
-  return aligned(p.B, p.b_strides, p.b_per_step) && aligned(p.C, p.c_strides, p.c_per_step);
+  VectorRows v;
+  v.u = steps_vector(p.u, p.u_strides, p.seq_len, sizeof(V));
+  v.delta = steps_vector(p.delta, p.delta_strides, p.seq_len, sizeof(V));
+  v.z = steps_vector(p.z, p.z_strides, p.seq_len, sizeof(V));
+  v.bc = bc_aligned(p.B, p.b_strides, p.b_per_step) && bc_aligned(p.C, p.c_strides, p.c_per_step);
+  // The outputs are contiguous and freshly allocated; the float accumulators need L % 4 == 0.
+  v.out = (p.seq_len * sizeof(V)) % 16 == 0 && (p.seq_len * sizeof(Acc)) % 16 == 0;
+  return v;
 }
 
 // The shared memory a block of the current device may opt in to (0 if the query fails).
@@ -598,42 +544,45 @@ inline size_t max_shared_bytes() {
   return size_t(bytes);
 }
 
-template <int kLanes>
+template <typename Kernel>
+void allow_shared(Kernel kernel, size_t bytes, const char* op, int64_t states) {
+  if (bytes <= 48 * 1024) return;
+  if (bytes > max_shared_bytes() ||
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) != cudaSuccess) {
+    cudaGetLastError();
+    throw std::invalid_argument(std::string("linrec: ") + op + " with A's N=" + std::to_string(states) +
+                                " states needs " + std::to_string(bytes) +
+                                " bytes of shared memory a block, more than this GPU has; use fewer states");
+  }
+}
+
+template <int kWarps>
 int64_t num_blocks(const SelectiveParams& p) {
-  constexpr int64_t per_block = Place<kLanes>::kChannelsPerBlock;
-  return p.batch * ((p.dim + per_block - 1) / per_block);
+  return p.batch * ((p.dim + kWarps - 1) / kWarps);
 }
 
 template <typename V, typename BCT, SelectiveConfig kConfig>
 void launch_fwd(const SelectiveParams& p, cudaStream_t stream) {
-  const auto kernel = selective_fwd_kernel<V, BCT, kConfig.lanes, kConfig.states_per_lane>;
-  kernel<<<num_blocks<kConfig.lanes>(p), kThreads, 0, stream>>>(p, bc_rows_vector<BCT>(p));
+  constexpr int K = kConfig.steps_per_thread, kWarps = kConfig.warps;
+  const auto kernel = selective_fwd_kernel<V, BCT, K, kWarps>;
+  const size_t bytes = kWarps * fwd_shared_per_warp<acc_t<V>>(p.states);
+  allow_shared(kernel, bytes, "selective_scan_fwd", p.states);
+  kernel<<<num_blocks<kWarps>(p), 32 * kWarps, bytes, stream>>>(p, vector_rows<V, BCT>(p));
   check_launch("selective_scan_fwd");
 }
 
 template <typename V, typename BCT, SelectiveConfig kConfig>
 void launch_bwd(const SelectiveGradParams& p, cudaStream_t stream) {
   using Acc = acc_t<V>;
-  using S = BwdShared<kConfig.lanes, kConfig.states_per_lane>;
-  const auto kernel = selective_bwd_kernel<V, BCT, kConfig.lanes, kConfig.states_per_lane>;
-  // The shared tile adds a block's channels before the atomics; it needs them in at most
-  // kTileSlots groups, which holds where a group has at least a block's channels.
-  const int64_t per_block = Place<kConfig.lanes>::kChannelsPerBlock;
-  // Where the tiles would not fit beside the chunk starts (float64 at the widest config), the
-  // warps add into global memory directly.
-  const size_t starts = sizeof(Acc) * S::kChunksPerSpan * kConfig.states_per_lane * kThreads;
-  const size_t tile_bytes = sizeof(Acc) * 2 * S::kTileSlots * S::kMaxStates * kConfig.lanes;
-  const bool use_tile = (p.b_per_step || p.c_per_step) && p.dim / p.groups >= per_block &&
-                        starts + tile_bytes <= max_shared_bytes();
-  const size_t tiles = use_tile ? tile_bytes : 0;
-  const size_t bytes = starts + tiles;
-  if (bytes > 48 * 1024) {
-    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
-    if (err != cudaSuccess)
-      throw std::runtime_error(std::string("linrec: selective_scan_bwd needs ") + std::to_string(bytes) +
-                               " bytes of shared memory: " + cudaGetErrorString(err));
-  }
-  kernel<<<num_blocks<kConfig.lanes>(p), kThreads, bytes, stream>>>(p, bc_rows_vector<BCT>(p), use_tile);
+  constexpr int K = kConfig.steps_per_thread, kWarps = kConfig.warps;
+  const auto kernel = selective_bwd_kernel<V, BCT, K, kWarps>;
+  // The block's warps add their d_B and d_C first where they are channels of one group.
+  const bool block_sums = (p.b_per_step || p.c_per_step) && (p.dim / p.groups) % kWarps == 0;
+  const size_t bytes = kWarps * bwd_shared_per_warp<Acc>(p.states) + (block_sums ? bwd_tile_bytes<Acc, K, kWarps>() : 0);
+  allow_shared(kernel, bytes, "selective_scan_bwd", p.states);
+  VectorRows vec = vector_rows<V, BCT>(p);
+  vec.d_y = steps_vector(p.d_y, p.d_y_strides, p.seq_len, sizeof(V));
+  kernel<<<num_blocks<kWarps>(p), 32 * kWarps, bytes, stream>>>(p, vec, block_sums);
   check_launch("selective_scan_bwd");
 }
 

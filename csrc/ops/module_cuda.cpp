@@ -150,11 +150,11 @@ PyObject* kernel_choice(PyObject*, PyObject* args) {
   }
 }
 
-// selective_configs(): the selective scan's compiled configs, as (lanes, states_per_lane), in
+// selective_configs(): the selective scan's compiled configs, as (steps_per_thread, warps), in
 // the order the automatic choice tries them.
 PyObject* selective_configs(PyObject*, PyObject*) {
   return list_of(linrec::cuda_selective_configs(),
-                 [](const linrec::SelectiveConfig& c) { return Py_BuildValue("(ii)", c.lanes, c.states_per_lane); });
+                 [](const linrec::SelectiveConfig& c) { return Py_BuildValue("(ii)", c.steps_per_thread, c.warps); });
 }
 
 PyMethodDef methods[] = {
@@ -162,7 +162,7 @@ PyMethodDef methods[] = {
      "The compiled TileConfigs of a kernel family for a storage, as (elems_per_thread, threads_per_block, "
      "memcode, algocode)."},
     {"selective_configs", selective_configs, METH_NOARGS,
-     "The selective scan's compiled configs, as (lanes, states_per_lane)."},
+     "The selective scan's compiled configs, as (steps_per_thread, warps)."},
     {"func_attrs", func_attrs, METH_VARARGS, "cudaFuncGetAttributes of one compiled kernel, or None."},
     {"set_tuning_table", set_tuning_table, METH_VARARGS, "Set the tuning table of a device (-1: the default)."},
     {"kernel_choice", kernel_choice, METH_VARARGS, "The tuned kernel and config for a call's shape."},

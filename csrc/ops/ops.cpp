@@ -58,16 +58,16 @@ STABLE_TORCH_LIBRARY(linrec, m) {
   // CPU kernels in selective_ops.cpp. The forward returns (y, last_state, checkpoints); the backward
   // the gradients of u, delta, A, B, C, D, z, delta_bias and initial_state, those of an absent D, z
   // or delta_bias with 0 elements, d_B and d_C in the float type (float32, float64 for float64 u).
-  // reverse as linrec_fwd's. lanes, states_per_lane: the CUDA kernels' SelectiveConfig, (0, 0) for
-  // the first compiled one that holds N; the CPU kernel checks and ignores them.
+  // reverse as linrec_fwd's. steps_per_thread, warps: the CUDA kernels' SelectiveConfig, (0, 0)
+  // for the automatic choice; the CPU kernel checks and ignores them.
   m.def(
       "selective_scan_fwd(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
-      "Tensor? delta_bias, Tensor? initial_state, bool delta_softplus, int reverse, int lanes, "
-      "int states_per_lane) -> (Tensor, Tensor, Tensor)");
+      "Tensor? delta_bias, Tensor? initial_state, bool delta_softplus, int reverse, "
+      "int steps_per_thread, int warps) -> (Tensor, Tensor, Tensor)");
   m.def(
       "selective_scan_bwd(Tensor d_y, Tensor? d_last_state, Tensor u, Tensor delta, Tensor A, Tensor B, "
       "Tensor C, Tensor? D, Tensor? z, Tensor? delta_bias, Tensor? initial_state, Tensor checkpoints, "
-      "bool delta_softplus, int reverse, int lanes, int states_per_lane) "
+      "bool delta_softplus, int reverse, int steps_per_thread, int warps) "
       "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
 }
 

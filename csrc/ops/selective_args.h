@@ -20,10 +20,10 @@ namespace linrec {
 // What the two ops take past the tensors: reverse an int (0 / 1, so that 2 is refused, not
 // read as true) and the CUDA config, (0, 0) for automatic. The CPU kernel ignores the config
 // but checks it too: the ops are public.
-inline void check_selective_args(int64_t reverse, int64_t lanes, int64_t states_per_lane) {
+inline void check_selective_args(int64_t reverse, int64_t steps_per_thread, int64_t warps) {
   STD_TORCH_CHECK(reverse == 0 || reverse == 1, "linrec: reverse must be a bool (or 0 / 1), got ", reverse);
-  STD_TORCH_CHECK(lanes >= 0 && states_per_lane >= 0 && (lanes == 0) == (states_per_lane == 0),
-                  "linrec: lanes=", lanes, " and states_per_lane=", states_per_lane,
+  STD_TORCH_CHECK(steps_per_thread >= 0 && warps >= 0 && (steps_per_thread == 0) == (warps == 0),
+                  "linrec: steps_per_thread=", steps_per_thread, " and warps=", warps,
                   " must both be 0 (automatic) or both positive");
 }
 
@@ -257,7 +257,7 @@ inline SelectiveBwdCall prepare_selective_bwd(const Tensor& d_y, const std::opti
   return call;
 }
 
-// The two ops' bodies for one device's kernels: Kernels::fwd(call, lanes, states_per_lane) and
+// The two ops' bodies for one device's kernels: Kernels::fwd(call, steps_per_thread, warps) and
 // Kernels::bwd(...) check the config and run the kernels on a call (empty too: the CUDA ones
 // check the config before they see that nothing is to be done). Each device registers these.
 template <typename Kernels>
@@ -265,11 +265,11 @@ std::tuple<Tensor, Tensor, Tensor> selective_scan_fwd_op(Tensor u, Tensor delta,
                                                          std::optional<Tensor> D, std::optional<Tensor> z,
                                                          std::optional<Tensor> delta_bias,
                                                          std::optional<Tensor> initial_state, bool delta_softplus,
-                                                         int64_t reverse, int64_t lanes, int64_t states_per_lane) {
-  check_selective_args(reverse, lanes, states_per_lane);
+                                                         int64_t reverse, int64_t steps_per_thread, int64_t warps) {
+  check_selective_args(reverse, steps_per_thread, warps);
   SelectiveFwdCall call =
       prepare_selective_fwd(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse != 0);
-  Kernels::fwd(call, lanes, states_per_lane);
+  Kernels::fwd(call, steps_per_thread, warps);
   return call.outputs();
 }
 
@@ -277,12 +277,12 @@ template <typename Kernels>
 std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> selective_scan_bwd_op(
     Tensor d_y, std::optional<Tensor> d_last_state, Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C,
     std::optional<Tensor> D, std::optional<Tensor> z, std::optional<Tensor> delta_bias,
-    std::optional<Tensor> initial_state, Tensor checkpoints, bool delta_softplus, int64_t reverse, int64_t lanes,
-    int64_t states_per_lane) {
-  check_selective_args(reverse, lanes, states_per_lane);
+    std::optional<Tensor> initial_state, Tensor checkpoints, bool delta_softplus, int64_t reverse,
+    int64_t steps_per_thread, int64_t warps) {
+  check_selective_args(reverse, steps_per_thread, warps);
   SelectiveBwdCall call = prepare_selective_bwd(d_y, d_last_state, u, delta, A, B, C, D, z, delta_bias, initial_state,
                                                 checkpoints, delta_softplus, reverse != 0);
-  Kernels::bwd(call, lanes, states_per_lane);
+  Kernels::bwd(call, steps_per_thread, warps);
   return call.grads();
 }
 

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "../kernels/launch.h"
 #include "cuda_stream.h"
@@ -19,45 +20,43 @@ namespace {
 std::string compiled_selective_configs() {
   std::string out;
   for (const SelectiveConfig& c : cuda_selective_configs())
-    out += (out.empty() ? "" : ", ") + std::string("(") + std::to_string(c.lanes) + ", " +
-           std::to_string(c.states_per_lane) + ")";
+    out += (out.empty() ? "" : ", ") + std::string("(") + std::to_string(c.steps_per_thread) + ", " +
+           std::to_string(c.warps) + ")";
   return out;
 }
 
-// The config named by (lanes, states_per_lane), or for (0, 0) the first compiled one that
-// holds the call's states (the list goes from the fewest states a channel to the most).
-SelectiveConfig choose_selective_config(int64_t lanes, int64_t states_per_lane, int64_t states) {
-  std::optional<SelectiveConfig> chosen;
-  for (const SelectiveConfig& c : cuda_selective_configs()) {
-    const bool named = lanes == c.lanes && states_per_lane == c.states_per_lane;
-    if (!chosen && (lanes == 0 || named) && c.max_states() >= states) chosen = c;
-  }
-  STD_TORCH_CHECK(chosen, "linrec: lanes=", lanes, ", states_per_lane=", states_per_lane, " is not a compiled "
-                  "selective-scan config holding N=", states, " states; the compiled (lanes, states_per_lane) are ",
-                  compiled_selective_configs(), ", each holding lanes * states_per_lane states");
-  return *chosen;
+// The config named by (steps_per_thread, warps), or for (0, 0) the first compiled one.
+SelectiveConfig choose_selective_config(int64_t steps_per_thread, int64_t warps) {
+  const std::vector<SelectiveConfig> configs = cuda_selective_configs();
+  if (steps_per_thread == 0 && warps == 0) return configs.front();
+  for (const SelectiveConfig& c : configs)
+    if (steps_per_thread == c.steps_per_thread && warps == c.warps) return c;
+  STD_TORCH_CHECK(false, "linrec: steps_per_thread=", steps_per_thread, ", warps=", warps, " is not a compiled "
+                  "selective-scan config; the compiled (steps_per_thread, warps) are ", compiled_selective_configs());
+  return configs.front();
 }
 
-// A launch has a block for every 8 (or more) channels of each batch element.
-void check_grid(const SelectiveParams& p) {
-  STD_TORCH_CHECK(p.batch * ((p.dim + 7) / 8) <= std::numeric_limits<int32_t>::max(), "linrec: batch=", p.batch,
-                  " and dim=", p.dim, " are too many channels for one selective-scan launch (split the batch)");
+// A launch has a block for every `warps` channels of each batch element.
+void check_grid(const SelectiveParams& p, const SelectiveConfig& config) {
+  STD_TORCH_CHECK(p.batch * ((p.dim + config.warps - 1) / config.warps) <= std::numeric_limits<int32_t>::max(),
+                  "linrec: batch=", p.batch, " and dim=", p.dim,
+                  " are too many channels for one selective-scan launch (split the batch)");
 }
 
 // A compiled config (the one named, or the automatic choice), then a launch on torch's current stream.
 struct CudaSelectiveKernels {
-  static void fwd(SelectiveFwdCall& call, int64_t lanes, int64_t states_per_lane) {
-    const SelectiveConfig config = choose_selective_config(lanes, states_per_lane, call.p.states);
+  static void fwd(SelectiveFwdCall& call, int64_t steps_per_thread, int64_t warps) {
+    const SelectiveConfig config = choose_selective_config(steps_per_thread, warps);
     if (call.empty) return;
-    check_grid(call.p);
+    check_grid(call.p, config);
     const Tensor& u = call.y;
     torch::stable::accelerator::DeviceGuard guard(u.get_device_index());
     cuda_selective_fwd(call.p, call.inputs.storage, config, current_stream(u));
   }
-  static void bwd(SelectiveBwdCall& call, int64_t lanes, int64_t states_per_lane) {
-    const SelectiveConfig config = choose_selective_config(lanes, states_per_lane, call.p.states);
+  static void bwd(SelectiveBwdCall& call, int64_t steps_per_thread, int64_t warps) {
+    const SelectiveConfig config = choose_selective_config(steps_per_thread, warps);
     if (call.empty) return;
-    check_grid(call.p);
+    check_grid(call.p, config);
     const Tensor& u = call.d_u;
     torch::stable::accelerator::DeviceGuard guard(u.get_device_index());
     cuda_selective_bwd(call.p, call.inputs.storage, config, current_stream(u));

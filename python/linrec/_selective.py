@@ -150,5 +150,5 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
     if u.is_cuda and cuda_backend(device) == "triton":
         y, last_state, _ = triton_fwd_op(*args)
     else:
-        y, last_state, _ = fwd_op(*args, 0, 0)  # lanes, states_per_lane: the first config that holds N
+        y, last_state, _ = fwd_op(*args, 0, 0)  # steps_per_thread, warps: the automatic config
     return (y, last_state) if return_last_state else y

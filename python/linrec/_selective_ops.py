@@ -32,9 +32,9 @@ def _check_fake_args(named_tensors, reverse, config):
     if reverse not in (0, 1):
         raise RuntimeError(f"linrec: reverse must be a bool (or 0 / 1), got {reverse}")
     if config:
-        lanes, states_per_lane = config
-        if lanes < 0 or states_per_lane < 0 or (lanes == 0) != (states_per_lane == 0):
-            raise RuntimeError(f"linrec: lanes={lanes} and states_per_lane={states_per_lane} must both be 0 "
+        steps_per_thread, warps = config
+        if steps_per_thread < 0 or warps < 0 or (steps_per_thread == 0) != (warps == 0):
+            raise RuntimeError(f"linrec: steps_per_thread={steps_per_thread} and warps={warps} must both be 0 "
                                "(automatic) or both positive")
 
 
