@@ -22,6 +22,8 @@
 #     peer-tests the tests that compare with mamba_ssm (tests/test_mamba.py -k mamba_ssm), after the build
 #     selective  python -m linrec.bench --selective (after the peer build, where one was started)
 #     selective-configs  python -m tools selective-configs (each compiled selective-scan config's time)
+#     selective-ncu  Nsight Compute sections of the first selective_scan_fwd and _bwd kernels at
+#                $NCU_SHAPE (default 8 3072 16 2048, bf16) and config $NCU_CONFIG (default 8 4)
 # Env: LINREC_WHEEL (install this wheel with --no-deps instead of building), MAMBA_SDIST,
 #      TORCH_CUDA_ARCH_LIST (default 9.0 when building), TESTS, TEST_FILES, PYTEST_ARGS, BENCH_ARGS,
 #      TUNE_ARGS, SWEEP_ARGS, SELECTIVE_ARGS, WEAK_ARGS, TEST_TIMEOUT (seconds, default 900).
@@ -93,6 +95,15 @@ for step in $steps; do
       (cd "$peer_src" && CUDA_HOME=/usr/local/cuda MAMBA_FORCE_BUILD=TRUE \
         python3 -m pip install --no-build-isolation --no-deps . > "$out/peer_build.log" 2>&1) &
       peer_build=$! ;;
+    selective-ncu)
+      for kernel in selective_fwd selective_bwd; do
+        (cd "$repo" && ncu --clock-control none -k "regex:$kernel" --launch-count 1 \
+          --section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \
+          --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+          --section InstructionStats python3 -m tools selective-configs --dtypes bfloat16 --reps 1 \
+          --shape ${NCU_SHAPE:-8 3072 16 2048} --config ${NCU_CONFIG:-8 4}) > "$out/ncu_$kernel.txt" 2>&1
+        echo "ncu $kernel: exit $?"; grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Issue Slots Busy|No Eligible|Stall|Warp Cycles Per Issued|Compute \(SM\) Throughput|Memory Throughput|L2 Hit|L1/TEX Hit" "$out/ncu_$kernel.txt" | head -30
+      done ;;
     selective-configs) run_tool selective-configs --json "$out/selective_configs.json" 2>&1 | tee "$out/selective_configs.txt" ;;
     weak-scaling)
       gpus=$(nvidia-smi --list-gpus | wc -l)

@@ -6,6 +6,7 @@ config, each op alone from a CUDA graph (the median of --reps samples), so that 
 order can follow measurements.
 
 Usage: python -m tools selective-configs [--dtypes bfloat16 float32] [--reps 10] [--json PATH]
+       [--shape BATCH DIM N L] [--config STEPS WARPS]   (one shape, one config: e.g. under ncu)
 """
 
 from __future__ import annotations
@@ -31,16 +32,20 @@ def main(argv=None) -> int:
     parser.add_argument("--dtypes", nargs="+", default=["bfloat16", "float32"])
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--json", metavar="PATH")
+    parser.add_argument("--shape", nargs=4, type=int, metavar=("BATCH", "DIM", "N", "L"))
+    parser.add_argument("--config", nargs=2, type=int, metavar=("STEPS", "WARPS"))
     args = parser.parse_args(argv)
+    shapes = [tuple(args.shape)] if args.shape else SHAPES
+    configs = [tuple(args.config)] if args.config else _C_cuda.selective_configs()
     fwd, bwd = torch.ops.linrec.selective_scan_fwd, torch.ops.linrec.selective_scan_bwd
     rows = []
     print(torch.cuda.get_device_name())
     for dtype_name in args.dtypes:
-        for batch, dim, states, length in SHAPES:
+        for batch, dim, states, length in shapes:
             inputs = make_inputs(batch, dim, states, length, getattr(torch, dtype_name))
             a = op_args(inputs)
             d_y = torch.randn_like(inputs["u"])
-            for steps, warps in _C_cuda.selective_configs():
+            for steps, warps in configs:
                 _, _, checkpoints = fwd(*a, steps, warps)
                 fwd_ms = device_ms(lambda: fwd(*a, steps, warps), args.reps, inner=3)
                 bwd_ms = device_ms(lambda: bwd(d_y, None, *a[:9], checkpoints, *a[9:], steps, warps), args.reps,

@@ -1,0 +1,131 @@
+// The selective scan's forward kernel (the plan: selective_scan.cuh).
+#pragma once
+#include "common.cuh"
+
+namespace linrec::selective {
+
+// The forward's register budget: at least this many threads resident on a multiprocessor
+// (128 registers at 8 steps a thread; ptxas -v).
+constexpr int kFwdThreadsPerSM = 512;
+
+// Shared memory of a warp: per state, A * log2(e) and the state entering the chunk.
+template <typename Acc> constexpr size_t fwd_shared_per_warp(int64_t states) { return 2 * states * sizeof(Acc); }
+
+// What a warp of the forward reads once.
+template <typename V, typename BCT, int K, int kWarps>
+struct FwdWarp {
+  using Acc = acc_t<V>;
+  const SelectiveParams& p;
+  const VectorRows& vec;
+  const Channel<kWarps>& ch;
+  const BCSource<BCT, Acc, K, kWarps>& bc;
+  const Acc* scaled_A;
+  Acc* carry;  // per state, the state entering the chunk: lane 0 alone reads and writes it
+  Acc bias, D;
+  int lane;
+};
+
+// The chunks of one channel, first to last.
+template <bool kReverse, bool kTiled, typename V, typename BCT, int K, int kWarps>
+__device__ __forceinline__ void forward_chunks(const FwdWarp<V, BCT, K, kWarps>& w) {
+  using Acc = acc_t<V>;
+  constexpr int kChunk = 32 * K;
+  const SelectiveParams& p = w.p;
+  const auto& ch = w.ch;
+  const int N = int(p.states), lane = w.lane;
+  const int64_t L = p.seq_len, num_ckpt = num_checkpoints(L);
+  for (int64_t chunk_t0 = 0; chunk_t0 < L; chunk_t0 += kChunk) {
+    const int64_t t0 = chunk_t0 + lane * K;  // this lane's first step
+    if constexpr (kTiled) {
+      if (chunk_t0 > 0) __syncthreads();  // the block is done with the chunk before's tiles
+      w.bc.template start_chunk<kReverse>(ch.b, ch.group, N, L, chunk_t0);
+    }
+    LaneSteps<V, Acc, K> s;
+    s.template load<kReverse>(p, w.vec, ch.b, ch.d, t0, w.bias);
+    if constexpr (kTiled) w.bc.finish_chunk();
+    // A lane whose first step starts a checkpoint span saves the states entering it.
+    Acc* checkpoint = t0 % kCheckpointSteps == 0 && t0 < L
+                          ? static_cast<Acc*>(p.checkpoints) + (ch.row * num_ckpt + t0 / kCheckpointSteps) * N
+                          : nullptr;
+    Acc y[K];
+#pragma unroll
+    for (int i = 0; i < K; ++i) y[i] = 0;
+    const BCT* at_B = w.bc.template lane_tile<kReverse>(false, lane);  // walk the tiles' states
+    const BCT* at_C = w.bc.template lane_tile<kReverse>(true, lane);
+    for (int n = 0; n < N; ++n, at_B += kChunk, at_C += kChunk) {
+      const Acc sA = w.scaled_A[n];
+      Acc Bn[K], a[K], bu[K], pb = 0;
+      load_state<kReverse, kTiled>(w.bc.B, at_B, ch, n, L, t0, Bn);
+#pragma unroll
+      for (int i = 0; i < K; ++i) {
+        a[i] = Decay<Acc>::of(s.dt[i], sA);
+        bu[i] = s.dtu[i] * Bn[i];
+        pb = a[i] * pb + bu[i];
+      }
+      Acc pa = Decay<Acc>::of(s.dt_sum, sA);  // the product of the lane's a: one exponential, not K products
+      const Acc entering_chunk = lane == 0 ? w.carry[n] : Acc(0);
+      if (lane == 0) pb += pa * entering_chunk;
+      scan_maps<false>(pa, pb, lane);
+      Acc h = __shfl_up_sync(kFullMask, pb, 1);
+      if (lane == 0) h = entering_chunk;
+      if (checkpoint) checkpoint[n] = h;
+      Acc Cn[K];  // loaded after the scan: fewer live registers
+      load_state<kReverse, kTiled>(w.bc.C, at_C, ch, n, L, t0, Cn);
+#pragma unroll
+      for (int i = 0; i < K; ++i) {
+        h = a[i] * h + bu[i];
+        y[i] += Cn[i] * h;
+      }
+      const Acc leaving_chunk = __shfl_sync(kFullMask, pb, 31);
+      if (lane == 0) w.carry[n] = leaving_chunk;
+    }
+    Acc u[K], z[K];
+    load_channel<kReverse, K, V>(p.u, p.u_strides, ch.b, ch.d, L, t0, w.vec.u, u);
+    if (p.z) load_channel<kReverse, K, V>(p.z, p.z_strides, ch.b, ch.d, L, t0, w.vec.z, z);
+#pragma unroll
+    for (int i = 0; i < K; ++i) {
+      y[i] += w.D * u[i];
+      if (p.z) y[i] *= silu(z[i]);
+    }
+    store_steps<kReverse>(static_cast<V*>(p.y) + ch.row * L, L, t0, w.vec.out, y);
+  }
+}
+
+template <typename V, typename BCT, int K, int kWarps>
+__global__ void __launch_bounds__(32 * kWarps, kFwdThreadsPerSM / (32 * kWarps))
+    selective_fwd_kernel(const SelectiveParams p, VectorRows vec, bool tiled) {
+  using Acc = acc_t<V>;
+  constexpr int kChunk = 32 * K;
+  static_assert(kChunk % kCheckpointSteps == 0, "a chunk starts at a checkpoint");
+  extern __shared__ __align__(16) unsigned char dynamic_shared[];
+  const int N = int(p.states);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  Acc* scaled_A = reinterpret_cast<Acc*>(dynamic_shared) + warp * 2 * N;
+  Acc* carry = scaled_A + N;
+  BCT* tile = reinterpret_cast<BCT*>(dynamic_shared + round_up_16(kWarps * fwd_shared_per_warp<Acc>(N)));
+  wait_for_prior_grid();
+  const Channel<kWarps> ch(p);
+  if (!ch.active) return;  // tiled holds only where every warp of a block has a channel
+  const BCSource<BCT, Acc, K, kWarps> bc{{p.B, p.b_strides, p.b_per_step, vec.bc},
+                                         {p.C, p.c_strides, p.c_per_step, vec.bc},
+                                         tile, tile + N * kChunk};
+  for (int n = lane; n < N; n += 32) {
+    scaled_A[n] = static_cast<const Acc*>(p.A)[ch.d * N + n] * Decay<Acc>::kScale;
+    carry[n] = p.initial ? static_cast<const Acc*>(p.initial)[ch.row * N + n] : Acc(0);
+  }
+  __syncwarp();
+  const FwdWarp<V, BCT, K, kWarps> w{p, vec, ch, bc, scaled_A, carry,
+                                     p.delta_bias ? static_cast<const Acc*>(p.delta_bias)[ch.d] : Acc(0),
+                                     p.D ? static_cast<const Acc*>(p.D)[ch.d] : Acc(0), lane};
+  if (p.reverse) {
+    if (tiled) forward_chunks<true, true>(w);
+    else forward_chunks<true, false>(w);
+  } else {
+    if (tiled) forward_chunks<false, true>(w);
+    else forward_chunks<false, false>(w);
+  }
+  __syncwarp();
+  for (int n = lane; n < N; n += 32) static_cast<Acc*>(p.last_state)[ch.row * N + n] = carry[n];
+}
+
+}  // namespace linrec::selective
