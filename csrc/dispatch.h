@@ -88,9 +88,9 @@ constexpr auto COMPLEX_TILE_CONFIG_LIST =
 constexpr auto PACKED_CONFIG_LIST = product(std::array{4, 8, 16}, std::array{128, 256},
                                             std::array{MemCode::kVector}, std::array{AlgoCode::kBlock});
 
-// The selective-scan kernels (selective_scan.cuh), as (steps_per_thread, warps): the
-// automatic choice is the first (csrc/ops/selective_ops_cuda.cpp).
-constexpr std::array SELECTIVE_CONFIG_LIST{SelectiveConfig{8, 4}, SelectiveConfig{8, 8}};
+// The selective-scan kernels (selective_scan.cuh), as (steps_per_thread, warps); the automatic
+// choice is in selective_launch.cu.
+constexpr std::array SELECTIVE_CONFIG_LIST{SelectiveConfig{8, 4}, SelectiveConfig{4, 4}, SelectiveConfig{8, 8}};
 
 // Calls fn.template operator()<C>() for the compiled config C equal to `config`.
 // A fold over the list's indices, not recursion: the full product has 288 entries.

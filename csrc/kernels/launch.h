@@ -34,6 +34,8 @@ void cuda_selective_fwd(const SelectiveParams& p, SelectiveStorage storage, cons
 void cuda_selective_bwd(const SelectiveGradParams& p, SelectiveStorage storage, const SelectiveConfig& config,
                         void* stream);
 std::vector<SelectiveConfig> cuda_selective_configs();
+// The automatic config of the forward or the backward of a sequence length.
+SelectiveConfig cuda_selective_default(bool backward, int64_t seq_len);
 // Bytes of workspace a kernel needs for this call (see lookback.cuh); 0 if none.
 int64_t cuda_workspace_bytes(Storage storage, KernelKind kind, int64_t num_seqs, int64_t seq_len,
                              const TileConfig& config);

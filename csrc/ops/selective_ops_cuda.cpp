@@ -25,15 +25,14 @@ std::string compiled_selective_configs() {
   return out;
 }
 
-// The config named by (steps_per_thread, warps), or for (0, 0) the first compiled one.
-SelectiveConfig choose_selective_config(int64_t steps_per_thread, int64_t warps) {
-  const std::vector<SelectiveConfig> configs = cuda_selective_configs();
-  if (steps_per_thread == 0 && warps == 0) return configs.front();
-  for (const SelectiveConfig& c : configs)
+// The config named by (steps_per_thread, warps), or for (0, 0) the automatic one.
+SelectiveConfig choose_selective_config(int64_t steps_per_thread, int64_t warps, bool backward, int64_t seq_len) {
+  if (steps_per_thread == 0 && warps == 0) return cuda_selective_default(backward, seq_len);
+  for (const SelectiveConfig& c : cuda_selective_configs())
     if (steps_per_thread == c.steps_per_thread && warps == c.warps) return c;
   STD_TORCH_CHECK(false, "linrec: steps_per_thread=", steps_per_thread, ", warps=", warps, " is not a compiled "
                   "selective-scan config; the compiled (steps_per_thread, warps) are ", compiled_selective_configs());
-  return configs.front();
+  return cuda_selective_default(backward, seq_len);
 }
 
 // A launch has a block for every `warps` channels of each batch element.
@@ -46,7 +45,7 @@ void check_grid(const SelectiveParams& p, const SelectiveConfig& config) {
 // A compiled config (the one named, or the automatic choice), then a launch on torch's current stream.
 struct CudaSelectiveKernels {
   static void fwd(SelectiveFwdCall& call, int64_t steps_per_thread, int64_t warps) {
-    const SelectiveConfig config = choose_selective_config(steps_per_thread, warps);
+    const SelectiveConfig config = choose_selective_config(steps_per_thread, warps, false, call.p.seq_len);
     if (call.empty) return;
     check_grid(call.p, config);
     const Tensor& u = call.y;
@@ -54,7 +53,7 @@ struct CudaSelectiveKernels {
     cuda_selective_fwd(call.p, call.inputs.storage, config, current_stream(u));
   }
   static void bwd(SelectiveBwdCall& call, int64_t steps_per_thread, int64_t warps) {
-    const SelectiveConfig config = choose_selective_config(steps_per_thread, warps);
+    const SelectiveConfig config = choose_selective_config(steps_per_thread, warps, true, call.p.seq_len);
     if (call.empty) return;
     check_grid(call.p, config);
     const Tensor& u = call.d_u;

@@ -4,8 +4,9 @@
 
 namespace linrec::selective {
 
-// The backward's register budget: at least this many threads resident on a multiprocessor.
-constexpr int kBwdThreadsPerSM = 256;
+// The backward's register budget: at least this many threads resident on a multiprocessor
+// (ptxas -v: at 4 steps a thread, 168 registers without spills; at 8, about 240).
+constexpr int bwd_threads_per_sm(int steps_per_thread) { return steps_per_thread <= 4 ? 384 : 256; }
 
 // Shared memory of the backward: per warp and state, A * log2(e), A, the gradient flowing
 // into the chunk from the one after, the chunk's first state, and the sums over steps of the
@@ -167,11 +168,11 @@ __device__ __forceinline__ void backward_chunks(const BwdWarp<V, BCT, K, kWarps>
     }
 
     Acc u[K], raw_delta[K], d_y[K], z[K], d_u[K], d_delta[K], d_z[K];
-    load_channel<kReverse, K, V>(p.u, p.u_strides, ch.b, ch.d, L, t0, w.vec.u, u);
-    if (p.delta_softplus) load_channel<kReverse, K, V>(p.delta, p.delta_strides, ch.b, ch.d, L, t0, w.vec.delta, raw_delta);
+    load_channel<kReverse, K, V>(again(p.u), p.u_strides, ch.b, ch.d, L, t0, w.vec.u, u);
+    if (p.delta_softplus) load_channel<kReverse, K, V>(again(p.delta), p.delta_strides, ch.b, ch.d, L, t0, w.vec.delta, raw_delta);
     if (p.z) {
-      load_channel<kReverse, K, V>(p.d_y, p.d_y_strides, ch.b, ch.d, L, t0, w.vec.d_y, d_y);
-      load_channel<kReverse, K, V>(p.z, p.z_strides, ch.b, ch.d, L, t0, w.vec.z, z);
+      load_channel<kReverse, K, V>(again(p.d_y), p.d_y_strides, ch.b, ch.d, L, t0, w.vec.d_y, d_y);
+      load_channel<kReverse, K, V>(again(p.z), p.z_strides, ch.b, ch.d, L, t0, w.vec.z, z);
     }
 #pragma unroll
     for (int i = 0; i < K; ++i) {
@@ -192,7 +193,7 @@ __device__ __forceinline__ void backward_chunks(const BwdWarp<V, BCT, K, kWarps>
 }
 
 template <typename V, typename BCT, int K, int kWarps>
-__global__ void __launch_bounds__(32 * kWarps, kBwdThreadsPerSM / (32 * kWarps))
+__global__ void __launch_bounds__(32 * kWarps, bwd_threads_per_sm(K) / (32 * kWarps))
     selective_bwd_kernel(const SelectiveGradParams p, VectorRows vec, bool block_sums, bool tiled) {
   using Acc = acc_t<V>;
   constexpr int kChunk = 32 * K;

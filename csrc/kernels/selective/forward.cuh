@@ -80,8 +80,8 @@ __device__ __forceinline__ void forward_chunks(const FwdWarp<V, BCT, K, kWarps>&
       if (lane == 0) w.carry[n] = leaving_chunk;
     }
     Acc u[K], z[K];
-    load_channel<kReverse, K, V>(p.u, p.u_strides, ch.b, ch.d, L, t0, w.vec.u, u);
-    if (p.z) load_channel<kReverse, K, V>(p.z, p.z_strides, ch.b, ch.d, L, t0, w.vec.z, z);
+    load_channel<kReverse, K, V>(again(p.u), p.u_strides, ch.b, ch.d, L, t0, w.vec.u, u);
+    if (p.z) load_channel<kReverse, K, V>(again(p.z), p.z_strides, ch.b, ch.d, L, t0, w.vec.z, z);
 #pragma unroll
     for (int i = 0; i < K; ++i) {
       y[i] += w.D * u[i];

@@ -18,12 +18,51 @@ template <bool kReverse> __device__ __forceinline__ int64_t position(int64_t L, 
   return kReverse ? L - 1 - t : t;
 }
 
-// kN elements of T packed in 16-byte vectors, to Acc, in reverse order for kReverse. bf16
-// widens with one integer op an element (a shift or a mask of its 32-bit pair).
+// The element stride of a run's scalar path, opaque to the compiler: otherwise it keeps every
+// element's offset of every row (64-bit each) in registers across the chunk loop, for a path
+// that aligned rows never take (about 60 registers a thread in the backward).
+__device__ __forceinline__ int64_t opaque(int64_t v) {
+  asm volatile("" : "+l"(v));
+  return v;
+}
+
+// A pointer the compiler cannot match with an earlier load's: a row read again at a chunk's
+// end is then loaded again (from the cache), not kept in registers through the states' loop.
+__device__ __forceinline__ const void* again(const void* p) {
+  asm volatile("" : "+l"(p));
+  return p;
+}
+
+// A run of kN elements of T as whole vectors: 16-byte ones, or one of 8 bytes (4 steps of
+// 16-bit values).
+template <int kN, typename T>
+struct Packed {
+  static constexpr int kBytes = kN * sizeof(T);
+  static_assert(kBytes % 16 == 0 || kBytes == 8, "a run is whole 16-byte vectors, or 8 bytes");
+  using Vec = std::conditional_t<kBytes % 16 == 0, uint4, uint2>;
+  static constexpr int kVecs = kBytes / sizeof(Vec);
+  Vec v[kVecs];
+
+  __device__ __forceinline__ void load_global(const T* src) {
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) v[i] = __ldg(reinterpret_cast<const Vec*>(src) + i);
+  }
+  __device__ __forceinline__ void load_shared(const T* src) {
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) v[i] = reinterpret_cast<const Vec*>(src)[i];
+  }
+  __device__ __forceinline__ void store(T* dst) const {
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) reinterpret_cast<Vec*>(dst)[i] = v[i];
+  }
+};
+
+// A packed run to Acc, in reverse order for kReverse. bf16 widens with one integer op an
+// element (a shift or a mask of its 32-bit pair).
 template <bool kReverse, int kN, typename T, typename Acc>
-__device__ __forceinline__ void unpack(const uint4 (&raw)[kN * sizeof(T) / 16], Acc (&out)[kN]) {
+__device__ __forceinline__ void unpack(const Packed<kN, T>& raw, Acc (&out)[kN]) {
   if constexpr (std::is_same_v<T, __nv_bfloat16> && std::is_same_v<Acc, float>) {
-    const uint32_t* w = reinterpret_cast<const uint32_t*>(raw);
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(raw.v);
 #pragma unroll
     for (int s = 0; s < kN; s += 2) {
       const float lo = __uint_as_float(w[s / 2] << 16), hi = __uint_as_float(w[s / 2] & 0xffff0000u);
@@ -31,7 +70,7 @@ __device__ __forceinline__ void unpack(const uint4 (&raw)[kN * sizeof(T) / 16], 
       out[kReverse ? kN - 2 - s : s + 1] = hi;
     }
   } else {
-    const T* v = reinterpret_cast<const T*>(raw);
+    const T* v = reinterpret_cast<const T*>(raw.v);
 #pragma unroll
     for (int s = 0; s < kN; ++s) out[s] = to_acc<Acc>(v[kReverse ? kN - 1 - s : s]);
   }
@@ -43,15 +82,13 @@ __device__ __forceinline__ void unpack(const uint4 (&raw)[kN * sizeof(T) / 16], 
 template <bool kReverse, int kN, typename T, typename Acc>
 __device__ __forceinline__ void load_steps(const T* row, int64_t stride, int64_t L, int64_t t0, bool vector,
                                            Acc (&out)[kN]) {
-  static_assert(kN * sizeof(T) % 16 == 0, "a run is whole 16-byte vectors");
   if (vector && t0 + kN <= L) {
-    uint4 raw[kN * sizeof(T) / 16];
-    const uint4* src = reinterpret_cast<const uint4*>(row + (kReverse ? L - t0 - kN : t0));
-#pragma unroll
-    for (int i = 0; i < int(kN * sizeof(T) / 16); ++i) raw[i] = __ldg(src + i);
-    unpack<kReverse, kN, T>(raw, out);
+    Packed<kN, T> raw;
+    raw.load_global(row + (kReverse ? L - t0 - kN : t0));
+    unpack<kReverse>(raw, out);
     return;
   }
+  stride = opaque(stride);
 #pragma unroll
   for (int s = 0; s < kN; ++s) {
     const int64_t t = t0 + s;
@@ -63,18 +100,17 @@ __device__ __forceinline__ void load_steps(const T* row, int64_t stride, int64_t
 template <bool kReverse, int kN, typename T, typename Acc>
 __device__ __forceinline__ void store_steps(T* row, int64_t L, int64_t t0, bool vector, const Acc (&in)[kN]) {
   if (vector && t0 + kN <= L) {
-    uint4 raw[kN * sizeof(T) / 16];
-    T* v = reinterpret_cast<T*>(raw);
+    Packed<kN, T> raw;
+    T* v = reinterpret_cast<T*>(raw.v);
 #pragma unroll
     for (int s = 0; s < kN; ++s) v[kReverse ? kN - 1 - s : s] = from_acc<T>(in[s]);
-    uint4* dst = reinterpret_cast<uint4*>(row + (kReverse ? L - t0 - kN : t0));
-#pragma unroll
-    for (int i = 0; i < int(kN * sizeof(T) / 16); ++i) dst[i] = raw[i];
+    raw.store(row + (kReverse ? L - t0 - kN : t0));
     return;
   }
+  const int64_t first = opaque(position<kReverse>(L, t0));
 #pragma unroll
   for (int s = 0; s < kN; ++s)
-    if (t0 + s < L) row[position<kReverse>(L, t0 + s)] = from_acc<T>(in[s]);
+    if (t0 + s < L) row[kReverse ? first - s : first + s] = from_acc<T>(in[s]);
 }
 
 // Adds in[s] into the float accumulator `row` at step t0 + s, for the steps before the end.
@@ -165,10 +201,9 @@ struct BCSource {
     return (is_C ? tile_C : tile_B) + (kReverse ? kChunk - K - lane * K : lane * K);
   }
   template <bool kReverse> static __device__ __forceinline__ void read_tile(const T* at, Acc (&out)[K]) {
-    uint4 raw[K * sizeof(T) / 16];
-#pragma unroll
-    for (int i = 0; i < int(K * sizeof(T) / 16); ++i) raw[i] = reinterpret_cast<const uint4*>(at)[i];
-    unpack<kReverse, K, T>(raw, out);
+    Packed<K, T> raw;
+    raw.load_shared(at);
+    unpack<kReverse>(raw, out);
   }
 
  private:
