@@ -131,13 +131,15 @@ def main(argv=None) -> int:
 def selective_cases():
     """The selective scan's ops at each compiled config, 300 steps (a partial chunk, three
     checkpoints), 17 states, 16-bit and float32: 37 channels (a partial last block) with
-    per-step B in 37 groups (d_B added by each warp) beside per-channel C, and 40 channels with
-    per-channel B beside per-step C in one group (d_C added through the block's shared tile)."""
+    per-step B in 37 groups (d_B added by each warp) beside per-channel C; 40 channels with
+    per-channel B beside per-step C in one group (d_C added through the block's shared sums);
+    40 channels with both per step in one group (B and C through the block's shared tiles)."""
     fwd, bwd = torch.ops.linrec.selective_scan_fwd, torch.ops.linrec.selective_scan_bwd
     batch, states, length = 2, 17, 300
     for dtype in (torch.float32, torch.bfloat16):
         for config in linrec._C_cuda.selective_configs():
-            for dim, b_form, c_form in ((37, "groups", "channel"), (40, "channel", "one group")):
+            for dim, b_form, c_form in ((37, "groups", "channel"), (40, "channel", "one group"),
+                                        (40, "one group", "one group")):
                 def make(form):
                     if form == "channel":
                         return torch.randn(dim, states, device="cuda")

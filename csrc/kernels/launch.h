@@ -27,8 +27,8 @@ void cuda_fwd(const ForwardParams& p, Storage storage, KernelKind kind, const Ti
               int64_t workspace_bytes, void* stream);
 void cuda_bwd(const BackwardParams& p, Storage storage, KernelKind kind, const TileConfig& config,
               int64_t workspace_bytes, void* stream);
-// The fused selective scan (kernels/selective_scan.cuh) at a compiled config that holds
-// p.states (cuda_selective_configs); the backward adds into zeroed accumulators, as the CPU's.
+// The fused selective scan (kernels/selective_scan.cuh) at a compiled config
+// (cuda_selective_configs); the backward adds into zeroed accumulators, as the CPU's.
 void cuda_selective_fwd(const SelectiveParams& p, SelectiveStorage storage, const SelectiveConfig& config,
                         void* stream);
 void cuda_selective_bwd(const SelectiveGradParams& p, SelectiveStorage storage, const SelectiveConfig& config,

@@ -150,8 +150,8 @@ PyObject* kernel_choice(PyObject*, PyObject* args) {
   }
 }
 
-// selective_configs(): the selective scan's compiled configs, as (steps_per_thread, warps), in
-// the order the automatic choice tries them.
+// selective_configs(): the selective scan's compiled configs, as (steps_per_thread, warps)
+// (the automatic choice among them: cuda_selective_default).
 PyObject* selective_configs(PyObject*, PyObject*) {
   return list_of(linrec::cuda_selective_configs(),
                  [](const linrec::SelectiveConfig& c) { return Py_BuildValue("(ii)", c.steps_per_thread, c.warps); });

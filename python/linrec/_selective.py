@@ -43,6 +43,12 @@ def _check_shape(name, t, shape, expected):
         raise ValueError(f"linrec: {name} of shape {tuple(t.shape)} must be {expected}")
 
 
+def _cast(t, dtype):
+    """t in dtype; None stays None. A tensor already in it is passed on, not through .to(): the
+    call costs microseconds of host time even then, and eager calls feel it."""
+    return t if t is None or t.dtype == dtype else t.to(dtype)
+
+
 def _bc_form(name, t, batch, channels, states, length):
     """B or C as the ops take it: (channels, states), or per step (batch, groups, states, length)."""
     if t.dim() == 2:
@@ -141,9 +147,9 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
         bc_dtype = u.dtype
     else:
         bc_dtype = torch.float32 if u.dtype in (torch.float16, torch.bfloat16) else u.dtype
-    B, C = (t.to(bc_dtype if t.dim() == 4 else acc) for t in (B, C))
-    delta, z = (None if t is None else t.to(u.dtype) for t in (delta, z))
-    A, D, delta_bias, initial_state = (None if t is None else t.to(acc) for t in (A, D, delta_bias, initial_state))
+    B, C = (_cast(t, bc_dtype if t.dim() == 4 else acc) for t in (B, C))
+    delta, z = (_cast(t, u.dtype) for t in (delta, z))
+    A, D, delta_bias, initial_state = (_cast(t, acc) for t in (A, D, delta_bias, initial_state))
 
     args = (u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse)
     device = u.device.index if u.device.index is not None else (torch.cuda.current_device() if u.is_cuda else 0)

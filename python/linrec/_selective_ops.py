@@ -126,7 +126,8 @@ def _backward(bwd, ctx, d_y, d_last_state, _):
     *tensors, checkpoints = ctx.saved_tensors
     grads = bwd(d_y, d_last_state, *tensors, checkpoints, *ctx.config)
     # The ops give d_B and d_C in the float type; per-step B and C may be 16-bit.
-    return (*(None if t is None else g.to(t.dtype) for t, g in zip(tensors, grads)), *([None] * len(ctx.config)))
+    return (*(None if t is None else g if g.dtype == t.dtype else g.to(t.dtype) for t, g in zip(tensors, grads)),
+            *([None] * len(ctx.config)))
 
 
 torch.library.register_autograd("linrec::selective_scan_fwd", lambda ctx, *g: _backward(bwd_op, ctx, *g),
