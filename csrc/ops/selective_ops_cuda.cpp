@@ -42,23 +42,24 @@ void check_grid(const SelectiveParams& p, const SelectiveConfig& config) {
                   " are too many channels for one selective-scan launch (split the batch)");
 }
 
-// A compiled config (the one named, or the automatic choice), then a launch on torch's current stream.
+// A compiled config (the one named, or the automatic choice), then `launch` on torch's current
+// stream of `out`'s device (nothing for an empty call, once the config is checked).
+template <typename Call, typename Launch>
+void run_selective(Call& call, const Tensor& out, int64_t steps_per_thread, int64_t warps, bool backward,
+                   Launch launch) {
+  const SelectiveConfig config = choose_selective_config(steps_per_thread, warps, backward, call.p.seq_len);
+  if (call.empty) return;
+  check_grid(call.p, config);
+  torch::stable::accelerator::DeviceGuard guard(out.get_device_index());
+  launch(call.p, call.inputs.storage, config, current_stream(out));
+}
+
 struct CudaSelectiveKernels {
   static void fwd(SelectiveFwdCall& call, int64_t steps_per_thread, int64_t warps) {
-    const SelectiveConfig config = choose_selective_config(steps_per_thread, warps, false, call.p.seq_len);
-    if (call.empty) return;
-    check_grid(call.p, config);
-    const Tensor& u = call.y;
-    torch::stable::accelerator::DeviceGuard guard(u.get_device_index());
-    cuda_selective_fwd(call.p, call.inputs.storage, config, current_stream(u));
+    run_selective(call, call.y, steps_per_thread, warps, false, cuda_selective_fwd);
   }
   static void bwd(SelectiveBwdCall& call, int64_t steps_per_thread, int64_t warps) {
-    const SelectiveConfig config = choose_selective_config(steps_per_thread, warps, true, call.p.seq_len);
-    if (call.empty) return;
-    check_grid(call.p, config);
-    const Tensor& u = call.d_u;
-    torch::stable::accelerator::DeviceGuard guard(u.get_device_index());
-    cuda_selective_bwd(call.p, call.inputs.storage, config, current_stream(u));
+    run_selective(call, call.d_u, steps_per_thread, warps, true, cuda_selective_bwd);
   }
 };
 

@@ -105,6 +105,12 @@ def _load_steps(rows, pos, s_step, tile_ok, acc_dtype):
 
 
 @triton.jit
+def _channel_rows(ptr, batch, channels, s_batch, s_channel):
+    """Each block channel's row of a (batch, dim, L) tensor."""
+    return ptr + batch * s_batch + channels[:, None] * s_channel
+
+
+@triton.jit
 def _bc_rows(ptr, batch, channels, states, first_channel, s_batch, s_group, s_state, channels_per_group,
              PER_STEP: tl.constexpr):
     """Where B's (or C's) rows for the program's channels start: per step, the rows of the block's
@@ -183,9 +189,9 @@ def _selective_fwd_kernel(
     if HAS_INITIAL:
         state += tl.load(initial_ptr + states_at, mask=cs_ok, other=0.0)
 
-    u_rows = u_ptr + batch * s_u_b + channels[:, None] * s_u_d
-    delta_rows = delta_ptr + batch * s_dt_b + channels[:, None] * s_dt_d
-    z_rows = z_ptr + batch * s_z_b + channels[:, None] * s_z_d
+    u_rows = _channel_rows(u_ptr, batch, channels, s_u_b, s_u_d)
+    delta_rows = _channel_rows(delta_ptr, batch, channels, s_dt_b, s_dt_d)
+    z_rows = _channel_rows(z_ptr, batch, channels, s_z_b, s_z_d)
     y_rows = y_ptr + (batch * dim + channels[:, None]) * L
     B_rows = _bc_rows(B_ptr, batch, channels, states, first_channel, s_B_b, s_B_g, s_B_n, B_channels_per_group,
                       B_PER_STEP)
@@ -238,10 +244,10 @@ def _selective_bwd_kernel(
     if HAS_D_LAST:
         d_state += tl.load(d_last_ptr + states_at, mask=cs_ok, other=0.0)
 
-    d_y_rows = d_y_ptr + batch * s_g_b + channels[:, None] * s_g_d
-    u_rows = u_ptr + batch * s_u_b + channels[:, None] * s_u_d
-    delta_rows = delta_ptr + batch * s_dt_b + channels[:, None] * s_dt_d
-    z_rows = z_ptr + batch * s_z_b + channels[:, None] * s_z_d
+    d_y_rows = _channel_rows(d_y_ptr, batch, channels, s_g_b, s_g_d)
+    u_rows = _channel_rows(u_ptr, batch, channels, s_u_b, s_u_d)
+    delta_rows = _channel_rows(delta_ptr, batch, channels, s_dt_b, s_dt_d)
+    z_rows = _channel_rows(z_ptr, batch, channels, s_z_b, s_z_d)
     out_rows = (batch * dim + channels[:, None]) * L  # d_u, d_delta, d_z: contiguous
     B_rows = _bc_rows(B_ptr, batch, channels, states, first_channel, s_B_b, s_B_g, s_B_n, B_channels_per_group,
                       B_PER_STEP)
