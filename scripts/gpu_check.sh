@@ -16,6 +16,7 @@
 #     bench      python -m linrec.bench (table, JSON, PNG)
 #     models     python -m tools models-bench (linrec.models against torch.nn.LSTM)
 #     complex    python -m tools complex-bench (complex64 recurrences beside float32 and torch.add)
+#     grid       python -m tools throughput-grid (Martin & Cundy's training-throughput grid, JSON and PNG)
 #     peer       start building mamba_ssm from the sdist $MAMBA_SDIST in the background (sm_90 only;
 #                about 3 minutes with 16 jobs), for the selective step
 #     weak-scaling  torchrun -m linrec.bench --distributed on 1, 2, 4 ... GPUs, as many as the machine has
@@ -86,6 +87,7 @@ for step in $steps; do
         tee "$out/bench.txt" | tail -150 ;;
     models) run_tool models-bench --json "$out/models.json" 2>&1 | tee "$out/models.txt" ;;
     complex) run_tool complex-bench --json "$out/complex.json" 2>&1 | tee "$out/complex.txt" ;;
+    grid) run_tool throughput-grid --json "$out/grid.json" --png "$out/grid.png" 2>&1 | tee "$out/grid.txt" | tail -5 ;;
     peer)
       peer_dir=$(mktemp -d) && tar xzf "$repo/$MAMBA_SDIST" -C "$peer_dir"
       peer_src=$(ls -d "$peer_dir"/mamba_ssm-*)

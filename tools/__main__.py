@@ -24,6 +24,7 @@ COMMANDS = {
     "sanitize-cases": "tools.sanitize_cases",
     "selective-configs": "tools.selective_configs",
     "shape-sweep": "tools.shape_sweep",
+    "throughput-grid": "tools.throughput_grid",
 }
 # Shell scripts beside the commands, run as bash tools/NAME.
 SHELL_SCRIPTS = {
