@@ -78,7 +78,7 @@ def plot(rows: list[dict], path: str) -> None:
         for i in range(len(LENGTHS)):
             for j in range(len(BATCHES)):
                 if not torch.isnan(grid[i, j]):
-                    ax.text(j, i, f"{grid[i, j].item():.3g}", ha="center", va="center", fontsize=7, color="white")
+                    ax.text(j, i, f"{grid[i, j].item():.3g}" if grid[i, j] < 1000 else f"{grid[i, j].item():.0f}", ha="center", va="center", fontsize=7, color="white")
         ax.set_xticks(range(len(BATCHES)), BATCHES)
         ax.set_yticks(range(len(LENGTHS)), LENGTHS)
         ax.set_xlabel("batch size")
