@@ -450,8 +450,8 @@ GPU_CASES = [  # batch, channels, states, length, B form, C form, groups
     (2, 24, 40, 520, "group", "group", 3),
     (3, 12, 7, 2049, "step", "group", 1),
     (1, 8, 256, 300, "channel", "group", 1),
-    # Mamba's form (per-step B and C, N <= 16) with a group's channels a multiple of 128, so that
-    # every block of the compiled configs is full: long and short rows, one and two groups.
+    # Mamba's form (per-step B and C, N <= 16) with whole blocks of a group's channels, so that
+    # the blocks share B and C through shared tiles: long and short rows, one and two groups.
     (2, 128, 16, 1000, "step", "step", 1),
     (1, 256, 5, 3001, "group", "group", 2),
     (1, 128, 16, 20000, "step", "group", 1),
