@@ -309,7 +309,7 @@ struct PrefetchedTile {
 #pragma unroll
         for (int v = 0; v < kVecs; ++v) raw[v] = src[v];
       } else {
-        const T fill_t = from_acc<T>(fill);
+        const T fill_t = stored_value<T>(fill);
 #pragma unroll
         for (int v = 0; v < kVecs; ++v) {
           T* elems = reinterpret_cast<T*>(&raw[v]);

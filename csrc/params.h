@@ -133,11 +133,20 @@ constexpr bool is_complex(DType d) { return d == DType::kComplex64 || d == DType
 // The dtypes of one call: `values` of the scanned tensors (inputs, outputs,
 // their gradients and the initial state), `coeffs` of the coefficients and
 // their gradient. They differ only in mixed storage: float32 coefficients
-// beside 16-bit values (kernels/primitives/dtype.cuh, Mixed).
+// beside 16-bit values (kernels/primitives/dtype.cuh, Mixed). With
+// `log_coeffs` the coefficient tensor holds log c, and its gradient is that of log c.
 struct Storage {
   DType values;
   DType coeffs;
+  bool log_coeffs = false;
   constexpr bool mixed() const { return values != coeffs; }
+};
+
+// The element type of a log-coefficient tensor of dtype R: the kernels read exp(log)
+// (to_acc in kernels/primitives/dtype.cuh, coeff_value in cpu/cpu_kernels.cpp).
+template <typename R>
+struct LogOf {
+  R log;
 };
 
 }  // namespace linrec

@@ -30,16 +30,21 @@ constexpr const char* kernel_kind_name(KernelKind kind) {
   return "unknown";
 }
 
-// Whether a (values, coeffs) pair of dtypes is a registered storage type.
+// Whether a storage (values' and coefficients' dtypes, log or plain coefficients) is registered.
 constexpr bool is_registered_storage(Storage s) {
-  return (s.values == DType::kFloat32 && s.coeffs == DType::kFloat32) ||
-         (s.values == DType::kFloat64 && s.coeffs == DType::kFloat64) ||
-         (s.values == DType::kFloat16 && s.coeffs == DType::kFloat16) ||
-         (s.values == DType::kBFloat16 && s.coeffs == DType::kBFloat16) ||
-         (s.values == DType::kFloat16 && s.coeffs == DType::kFloat32) ||
-         (s.values == DType::kBFloat16 && s.coeffs == DType::kFloat32) ||
-         (s.values == DType::kComplex64 && s.coeffs == DType::kComplex64) ||
-         (s.values == DType::kComplex128 && s.coeffs == DType::kComplex128);
+  return (s.values == DType::kFloat32 && s.coeffs == DType::kFloat32 && !s.log_coeffs) ||
+         (s.values == DType::kFloat64 && s.coeffs == DType::kFloat64 && !s.log_coeffs) ||
+         (s.values == DType::kFloat16 && s.coeffs == DType::kFloat16 && !s.log_coeffs) ||
+         (s.values == DType::kBFloat16 && s.coeffs == DType::kBFloat16 && !s.log_coeffs) ||
+         (s.values == DType::kFloat16 && s.coeffs == DType::kFloat32 && !s.log_coeffs) ||
+         (s.values == DType::kBFloat16 && s.coeffs == DType::kFloat32 && !s.log_coeffs) ||
+         (s.values == DType::kFloat32 && s.coeffs == DType::kFloat32 && s.log_coeffs) ||
+         (s.values == DType::kFloat16 && s.coeffs == DType::kFloat16 && s.log_coeffs) ||
+         (s.values == DType::kBFloat16 && s.coeffs == DType::kBFloat16 && s.log_coeffs) ||
+         (s.values == DType::kFloat16 && s.coeffs == DType::kFloat32 && s.log_coeffs) ||
+         (s.values == DType::kBFloat16 && s.coeffs == DType::kFloat32 && s.log_coeffs) ||
+         (s.values == DType::kComplex64 && s.coeffs == DType::kComplex64 && !s.log_coeffs) ||
+         (s.values == DType::kComplex128 && s.coeffs == DType::kComplex128 && !s.log_coeffs);
 }
 
 // Whether a (values, bc) pair of dtypes is a registered storage type of the selective scan.

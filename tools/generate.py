@@ -35,10 +35,17 @@ class Storage:
     coeffs: str
     cuda: str
     cpu: tuple[str, str]
+    log_coeffs: bool = False
 
     @property
     def is_complex(self) -> bool:
         return self.values.startswith("complex")
+
+    @property
+    def test(self) -> str:
+        """The C++ test that a runtime Storage `s` is this one."""
+        log = "s.log_coeffs" if self.log_coeffs else "!s.log_coeffs"
+        return f"(s.values == DType::{DTYPES[self.values]} && s.coeffs == DType::{DTYPES[self.coeffs]} && {log})"
 
 
 @dataclass(frozen=True)
@@ -81,7 +88,7 @@ def load_selective(path: Path = REGISTRY) -> list[SelectiveStorage]:
 
 def load(path: Path = REGISTRY) -> tuple[list[Storage], list[Family]]:
     data = tomllib.loads(path.read_text())
-    storages = [Storage(name, s["values"], s["coeffs"], s["cuda"], tuple(s["cpu"]))
+    storages = [Storage(name, s["values"], s["coeffs"], s["cuda"], tuple(s["cpu"]), s.get("log_coeffs", False))
                 for name, s in data["storage"].items()]
     by_name = {s.name: s for s in storages}
     families = []
@@ -99,6 +106,8 @@ def load(path: Path = REGISTRY) -> tuple[list[Storage], list[Family]]:
     for s in storages:
         if s.values not in DTYPES or s.coeffs not in DTYPES:
             raise ValueError(f"storage {s.name}: unknown dtype")
+        if s.log_coeffs and s.is_complex:
+            raise ValueError(f"storage {s.name}: log coefficients are real storage only")
     return storages, families
 
 
@@ -173,8 +182,7 @@ def registry_header(storages: list[Storage], families: list[Family],
     """csrc/registry.h: host code's view (no CUDA, no torch)."""
     kinds = ", ".join(["kAuto = 0"] + [f"{f.kind} = {f.id}" for f in families])
     names = "\n".join(f'    case KernelKind::{f.kind}: return "{f.name}";' for f in families)
-    known = " ||\n         ".join(
-        f"(s.values == DType::{DTYPES[x.values]} && s.coeffs == DType::{DTYPES[x.coeffs]})" for x in storages)
+    known = " ||\n         ".join(x.test for x in storages)
     top = max(f.id for f in families)
     id_list = ", ".join(["0 auto"] + [f"{f.id} {f.name}" for f in families])
     configless = " || ".join(f"kind == KernelKind::{f.kind}" for f in families if f.default_config is None)
@@ -208,7 +216,7 @@ constexpr const char* kernel_kind_name(KernelKind kind) {{
   return "unknown";
 }}
 
-// Whether a (values, coeffs) pair of dtypes is a registered storage type.
+// Whether a storage (values' and coefficients' dtypes, log or plain coefficients) is registered.
 constexpr bool is_registered_storage(Storage s) {{
   return {known};
 }}
@@ -285,14 +293,12 @@ def families_header(storages: list[Storage], families: list[Family]) -> str:
             if f.workspace:
                 out.append(f"extern template int64_t Family<KernelKind::{f.kind}>::workspace_bytes<{s.cuda}>"
                            "(int64_t, int64_t, const TileConfig&);")
-    storage_cases = "\n".join(
-        f"  if (s.values == DType::{DTYPES[x.values]} && s.coeffs == DType::{DTYPES[x.coeffs]}) "
-        f"return fn.template operator()<{x.cuda}>();" for x in storages)
+    storage_cases = "\n".join(f"  if {x.test} return fn.template operator()<{x.cuda}>();" for x in storages)
     kind_cases = "\n".join(f"    case KernelKind::{f.kind}: return fn.template operator()<KernelKind::{f.kind}>();"
                            for f in families)
     out += ["", "// Calls fn.template operator()<S>() with the kernels' storage parameter of `s`.",
             "template <typename Fn>", "decltype(auto) for_storage(Storage s, Fn&& fn) {", storage_cases,
-            '  throw std::invalid_argument("linrec: no CUDA kernels for this pair of dtypes");', "}", "",
+            '  throw std::invalid_argument("linrec: no CUDA kernels for this storage");', "}", "",
             "// Calls fn.template operator()<K>() with the family `kind` names (not kAuto).",
             "template <typename Fn>", "decltype(auto) for_family(KernelKind kind, Fn&& fn) {",
             "  switch (kind) {", kind_cases, "    default: break;", "  }",
@@ -302,9 +308,7 @@ def families_header(storages: list[Storage], families: list[Family]) -> str:
 
 
 def cpu_header(storages: list[Storage], selective: list[SelectiveStorage]) -> str:
-    cases = "\n".join(
-        f"  if (s.values == DType::{DTYPES[x.values]} && s.coeffs == DType::{DTYPES[x.coeffs]}) "
-        f"return Fn<{x.cpu[0]}, {x.cpu[1]}>::run(p);" for x in storages)
+    cases = "\n".join(f"  if {x.test} return Fn<{x.cpu[0]}, {x.cpu[1]}>::run(p);" for x in storages)
     selective_cases = "\n".join(
         f"  if (s.values == DType::{DTYPES[x.values]} && s.bc == DType::{DTYPES[x.bc]}) "
         f"return Fn<{x.cpu[0]}, {x.cpu[1]}>::run(p);" for x in selective)
@@ -325,7 +329,7 @@ namespace linrec {{
 template <template <typename, typename> class Fn, typename P>
 void for_cpu_storage(Storage s, const P& p) {{
 {cases}
-  throw std::invalid_argument("linrec: no CPU kernel for this pair of dtypes");
+  throw std::invalid_argument("linrec: no CPU kernel for this storage");
 }}
 
 // The selective scan's: Fn<values, bc>::run(p).
@@ -344,7 +348,8 @@ def python_module(storages: list[Storage], families: list[Family], selective: li
         f'    "{f.name}": Family({f.id}, {tuple(s.name for s in f.storages)!r}, {f.default_config!r}, '
         f"{f.workspace},\n               {f.doc!r}),"
         for f in families)
-    stors = "\n".join(f'    "{s.name}": Storage("{s.values}", "{s.coeffs}"),' for s in storages)
+    stors = "\n".join(f'    "{s.name}": Storage("{s.values}", "{s.coeffs}"{", True" if s.log_coeffs else ""}),'
+                      for s in storages)
     selective_stors = "\n".join(f'    "{s.name}": Storage("{s.values}", "{s.bc}"),' for s in selective)
     return f'''# {NOTICE}
 """The compiled kernel families and storage types (csrc/registry.toml)."""

@@ -19,6 +19,7 @@
 #include <torch/headeronly/util/complex.h>
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include "../kernels/launch.h"
@@ -33,6 +34,19 @@ template <> struct AccType<c10::BFloat16> { using type = float; };
 
 template <typename T> inline T conj(T v) { return v; }
 template <typename R> inline c10::complex<R> conj(c10::complex<R> v) { return {v.real(), -v.imag()}; }
+
+// A coefficient as the scan takes it: the stored value, or exp of a log-coefficient (LogOf).
+template <typename Acc, typename Tc> inline Acc coeff_value(Tc v) { return static_cast<Acc>(v); }
+template <typename Acc, typename R> inline Acc coeff_value(LogOf<R> v) { return std::exp(static_cast<Acc>(v.log)); }
+
+// The stored gradient of a coefficient of value c whose d/dc is `grad`: grad, or for a
+// log-coefficient the gradient of log c, grad * c.
+template <typename Tc, typename Acc> struct CoeffGrad {
+  static Tc of(Acc grad, Acc) { return static_cast<Tc>(grad); }
+};
+template <typename R, typename Acc> struct CoeffGrad<LogOf<R>, Acc> {
+  static LogOf<R> of(Acc grad, Acc c) { return {static_cast<R>(grad * c)}; }
+};
 
 constexpr int kMaxLanes = 512;
 constexpr int kRowLanes = 4;
@@ -107,7 +121,7 @@ inline int64_t lane_offset(const SeqRun<kTensors>& r, int t, int k) {
 constexpr bool kFwdHasSteps[kNumFwdSlots] = {true, true, true, false};  // by FwdSlot
 
 // y[l] = c[l] * y[l-1] + x[l] along each lane's sequence; kLanes as in for_each_run.
-// Values are stored as T, coefficients as Tc (float32 beside 16-bit values, or T).
+// Values are stored as T, coefficients as Tc (float32 beside 16-bit values, or T; LogOf for log c).
 template <typename T, typename Tc, int kLanes>
 void fwd_run(const ForwardParams& p, const SeqRun<kNumFwdSlots>& r) {
   using Acc = typename AccType<T>::type;
@@ -124,7 +138,7 @@ void fwd_run(const ForwardParams& p, const SeqRun<kNumFwdSlots>& r) {
     const Tc* __restrict__ cs = c + r.first[kFwdCoeffs] + i * r.step[kFwdCoeffs];
     T* __restrict__ ys = y + r.first[kFwdOutputs] + i * r.step[kFwdOutputs];
     for (int k = 0; k < lanes; ++k) {
-      state[k] = static_cast<Acc>(cs[lane(kFwdCoeffs, k)]) * state[k] + static_cast<Acc>(xs[lane(kFwdInputs, k)]);
+      state[k] = coeff_value<Acc>(cs[lane(kFwdCoeffs, k)]) * state[k] + static_cast<Acc>(xs[lane(kFwdInputs, k)]);
       ys[lane(kFwdOutputs, k)] = static_cast<T>(state[k]);
     }
   }
@@ -167,10 +181,11 @@ void bwd_run(const BackwardParams& p, const SeqRun<kNumBwdSlots>& r) {
     T* __restrict__ dxs = dx + at(kBwdDInputs, i);
     Tc* __restrict__ dcs = dc + at(kBwdDCoeffs, i);
     for (int k = 0; k < lanes; ++k) {
+      const Acc coeff = coeff_value<Acc>(cs[lane(kBwdCoeffs, k)]);
       grad[k] = next_coeff[k] * grad[k] + static_cast<Acc>(dys[lane(kBwdDOutputs, k)]);
       dxs[lane(kBwdDInputs, k)] = static_cast<T>(grad[k]);
-      dcs[lane(kBwdDCoeffs, k)] = static_cast<Tc>(grad[k] * conj(prev_out(k)));
-      next_coeff[k] = conj(static_cast<Acc>(cs[lane(kBwdCoeffs, k)]));
+      dcs[lane(kBwdDCoeffs, k)] = CoeffGrad<Tc, Acc>::of(grad[k] * conj(prev_out(k)), coeff);
+      next_coeff[k] = conj(coeff);
     }
   };
   for (int64_t i = p.seq_len - 1; i > 0; --i) {

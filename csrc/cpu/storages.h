@@ -14,15 +14,20 @@ namespace linrec {
 
 template <template <typename, typename> class Fn, typename P>
 void for_cpu_storage(Storage s, const P& p) {
-  if (s.values == DType::kFloat32 && s.coeffs == DType::kFloat32) return Fn<float, float>::run(p);
-  if (s.values == DType::kFloat64 && s.coeffs == DType::kFloat64) return Fn<double, double>::run(p);
-  if (s.values == DType::kFloat16 && s.coeffs == DType::kFloat16) return Fn<c10::Half, c10::Half>::run(p);
-  if (s.values == DType::kBFloat16 && s.coeffs == DType::kBFloat16) return Fn<c10::BFloat16, c10::BFloat16>::run(p);
-  if (s.values == DType::kFloat16 && s.coeffs == DType::kFloat32) return Fn<c10::Half, float>::run(p);
-  if (s.values == DType::kBFloat16 && s.coeffs == DType::kFloat32) return Fn<c10::BFloat16, float>::run(p);
-  if (s.values == DType::kComplex64 && s.coeffs == DType::kComplex64) return Fn<c10::complex<float>, c10::complex<float>>::run(p);
-  if (s.values == DType::kComplex128 && s.coeffs == DType::kComplex128) return Fn<c10::complex<double>, c10::complex<double>>::run(p);
-  throw std::invalid_argument("linrec: no CPU kernel for this pair of dtypes");
+  if (s.values == DType::kFloat32 && s.coeffs == DType::kFloat32 && !s.log_coeffs) return Fn<float, float>::run(p);
+  if (s.values == DType::kFloat64 && s.coeffs == DType::kFloat64 && !s.log_coeffs) return Fn<double, double>::run(p);
+  if (s.values == DType::kFloat16 && s.coeffs == DType::kFloat16 && !s.log_coeffs) return Fn<c10::Half, c10::Half>::run(p);
+  if (s.values == DType::kBFloat16 && s.coeffs == DType::kBFloat16 && !s.log_coeffs) return Fn<c10::BFloat16, c10::BFloat16>::run(p);
+  if (s.values == DType::kFloat16 && s.coeffs == DType::kFloat32 && !s.log_coeffs) return Fn<c10::Half, float>::run(p);
+  if (s.values == DType::kBFloat16 && s.coeffs == DType::kFloat32 && !s.log_coeffs) return Fn<c10::BFloat16, float>::run(p);
+  if (s.values == DType::kFloat32 && s.coeffs == DType::kFloat32 && s.log_coeffs) return Fn<float, LogOf<float>>::run(p);
+  if (s.values == DType::kFloat16 && s.coeffs == DType::kFloat16 && s.log_coeffs) return Fn<c10::Half, LogOf<c10::Half>>::run(p);
+  if (s.values == DType::kBFloat16 && s.coeffs == DType::kBFloat16 && s.log_coeffs) return Fn<c10::BFloat16, LogOf<c10::BFloat16>>::run(p);
+  if (s.values == DType::kFloat16 && s.coeffs == DType::kFloat32 && s.log_coeffs) return Fn<c10::Half, LogOf<float>>::run(p);
+  if (s.values == DType::kBFloat16 && s.coeffs == DType::kFloat32 && s.log_coeffs) return Fn<c10::BFloat16, LogOf<float>>::run(p);
+  if (s.values == DType::kComplex64 && s.coeffs == DType::kComplex64 && !s.log_coeffs) return Fn<c10::complex<float>, c10::complex<float>>::run(p);
+  if (s.values == DType::kComplex128 && s.coeffs == DType::kComplex128 && !s.log_coeffs) return Fn<c10::complex<double>, c10::complex<double>>::run(p);
+  throw std::invalid_argument("linrec: no CPU kernel for this storage");
 }
 
 // The selective scan's: Fn<values, bc>::run(p).

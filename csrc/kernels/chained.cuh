@@ -230,8 +230,8 @@ __global__ void __launch_bounds__(NT) chained_kernel(const Params p) {
     scan_chained_tile<E, NT>(vs, cs, b.rev, storage, b, Acc(0));
     store_tile<C.memcode>(static_cast<T*>(p.d_inputs) + b.off[kBwdDInputs], es[kBwdDInputs], vs, b.start, b.len, smem);
     store_bwd_coeffs<C.memcode>(vs, static_cast<const T*>(p.outputs) + b.off[kBwdOutputs], es[kBwdOutputs],
-                                static_cast<Tc*>(p.d_coeffs) + b.off[kBwdDCoeffs], es[kBwdDCoeffs], b.start, b.len,
-                                p.reverse, b.initial, first_coeff, static_cast<T*>(p.d_initial) + b.off[kBwdDInitial],
+                                static_cast<Tc*>(p.d_coeffs) + b.off[kBwdDCoeffs], es[kBwdDCoeffs], b.c, es[B::kC],
+                                b.start, b.len, p.reverse, b.initial, first_coeff, static_cast<T*>(p.d_initial) + b.off[kBwdDInitial],
                                 smem);
   }
 }
@@ -273,7 +273,7 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
 
   // Step 1.
   stage_tile<E, NT>(tile_v, b.values, es[B::kV], b.start, b.len, T(from_acc<T>(Acc(0))));
-  stage_tile<E, NT>(tile_c, b.c, es[B::kC], b.start, b.len, from_acc<Tc>(Acc(1)));
+  stage_tile<E, NT>(tile_c, b.c, es[B::kC], b.start, b.len, stored_value<Tc>(Acc(1)));
   cp_async_commit();
   // Backward, with "next" one step later in the forward direction: the scan's
   // coefficient at l is coeffs[next(l)] (0 past the sequence), and d_coeffs[l]
@@ -433,9 +433,12 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
         }
         uint4 out[kCoeffWords];
 #pragma unroll
-        for (int i = 0; i < kChunk; ++i)
-          reinterpret_cast<Tc*>(out)[i] =
-              from_acc<Tc>(to_acc<Acc>(g[i]) * conj(b.start + e0 + i == first ? b.initial : yp[i]));
+        for (int i = 0; i < kChunk; ++i) {
+          Acc grad = to_acc<Acc>(g[i]) * conj(b.start + e0 + i == first ? b.initial : yp[i]);
+          // Log storage: the coefficients' tile is gone (tile_y took its place); read again from L2.
+          if constexpr (kIsLog<Tc>) grad = coeff_grad<Tc>(grad, to_acc<Acc>(b.c[(b.start + e0 + i) * es[B::kC]]));
+          reinterpret_cast<Tc*>(out)[i] = from_acc<Tc>(grad);
+        }
 #pragma unroll
         for (int w = 0; w < kCoeffWords; ++w) reinterpret_cast<uint4*>(dc + b.start + e0)[w] = out[w];
       }
@@ -444,7 +447,9 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
         const int64_t pos = b.start + e;
         if (pos >= b.len) continue;
         const Acc g = to_acc<Acc>(staged_at<T, E>(tile_v, e));
-        dc[pos * es[kBwdDCoeffs]] = from_acc<Tc>(g * conj(pos == first ? b.initial : y_prev(e)));
+        Acc grad = g * conj(pos == first ? b.initial : y_prev(e));
+        if constexpr (kIsLog<Tc>) grad = coeff_grad<Tc>(grad, to_acc<Acc>(b.c[pos * es[B::kC]]));
+        dc[pos * es[kBwdDCoeffs]] = from_acc<Tc>(grad);
       }
     }
     if (threadIdx.x == 0 && first >= b.start && first < b.start + kTileLen)

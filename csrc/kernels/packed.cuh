@@ -146,6 +146,11 @@ __global__ void __launch_bounds__(NT) packed_bwd_kernel(const BackwardParams p) 
       static_cast<T*>(p.d_initial)[off[kBwdDInitial]] = from_acc<T>(gs[i] * first_coeff);
     ys[i] = gs[i] * conj(ys[i]);
   }
+  if constexpr (kIsLog<Tc>) {  // the gradient of log c: times c, read again (cs holds it shifted)
+    load_vector(cs, static_cast<const Tc*>(p.coeffs) + off[kBwdCoeffs], es[kBwdCoeffs], first, len, Acc(1));
+#pragma unroll
+    for (int i = 0; i < E; ++i) ys[i] = coeff_grad<Tc>(ys[i], cs[i]);
+  }
   store_vector(static_cast<Tc*>(p.d_coeffs) + off[kBwdDCoeffs], es[kBwdDCoeffs], ys, first, len);
 }
 
@@ -210,6 +215,11 @@ __global__ void __launch_bounds__(NT) packed_rows_bwd_kernel(const AlignedRows<k
   for (int i = 0; i < E; ++i) {
     if (active && first + i == first_step) *row_of<T>(p, kBwdDInitial, n) = from_acc<T>(gs[i] * first_coeff);
     ys[i] = gs[i] * conj(ys[i]);
+  }
+  if constexpr (kIsLog<Tc>) {  // the gradient of log c: times c, read again (cs holds it shifted)
+    if (holds) load_aligned(cs, row_of<const Tc>(p, kBwdCoeffs, n) + first);
+#pragma unroll
+    for (int i = 0; i < E; ++i) ys[i] = coeff_grad<Tc>(ys[i], cs[i]);
   }
   if (holds) store_aligned(row_of<Tc>(p, kBwdDCoeffs, n) + first, ys);
 }

@@ -70,9 +70,10 @@ __global__ void __launch_bounds__(kRefThreadsPerBlock) ref_bwd_kernel(const Back
     const int64_t l_prev = p.reverse ? l + 1 : l - 1;
     grad = next_coeff * grad + to_acc<Acc>(dy[l * es[kBwdDOutputs]]);
     const Acc prev_out = i == 0 ? initial : to_acc<Acc>(y[l_prev * es[kBwdOutputs]]);
+    const Acc coeff = to_acc<Acc>(c[l * es[kBwdCoeffs]]);
     dx[l * es[kBwdDInputs]] = from_acc<T>(grad);
-    dc[l * es[kBwdDCoeffs]] = from_acc<Tc>(grad * conj(prev_out));
-    next_coeff = conj(to_acc<Acc>(c[l * es[kBwdCoeffs]]));
+    dc[l * es[kBwdDCoeffs]] = from_acc<Tc>(coeff_grad<Tc>(grad * conj(prev_out), coeff));
+    next_coeff = conj(coeff);
   }
   static_cast<T*>(p.d_initial)[off[kBwdDInitial]] = from_acc<T>(grad * next_coeff);
 }

@@ -384,6 +384,12 @@ __global__ void __launch_bounds__(NT) strided_kernel(const Params p) {
       if (q + 1 < t.len) load_channels<V>(a[i], y + t.pos(q + 1) * es[kBwdOutputs]);
 #pragma unroll
       for (int j = 0; j < V; ++j) a[i][j] = conj(q + 1 >= t.len ? initial[j] : a[i][j]) * v[i][j];
+      if constexpr (kIsLog<Tc>) {  // the gradient of log c: times c at the step itself, read again
+        Acc c_here[V];
+        if (q < t.len) load_channels<V>(c_here, c_ptr + t.pos(q) * sc);
+#pragma unroll
+        for (int j = 0; j < V; ++j) a[i][j] = q < t.len ? coeff_grad<Tc>(a[i][j], c_here[j]) : a[i][j];
+      }
     }
     Acc last_coeff[V];
     const bool has_last = t.first_q <= t.len - 1 && t.len - 1 < t.first_q + E;
@@ -494,7 +500,7 @@ __global__ void __launch_bounds__(NT) strided_staged_kernel(const Params p) {
       const int64_t q = t.first_q + i;
       const bool in = t.active && q < t.len;
       Staged::stage(slot_v(i), v_at, in, from_acc<T>(Acc(0)));
-      StagedC::stage(slot_c(i), c_at, in && q >= kCoeffLag, from_acc<Tc>(Acc(1)));
+      StagedC::stage(slot_c(i), c_at, in && q >= kCoeffLag, stored_value<Tc>(Acc(1)));
     }
     cp_async_commit();
   }
@@ -549,9 +555,10 @@ __global__ void __launch_bounds__(NT) strided_staged_kernel(const Params p) {
     const int64_t sx = dir * es[kBwdDInputs], sdc = dir * es[kBwdDCoeffs];
     T* dx_at = static_cast<T*>(p.d_inputs) + t.off[0][kBwdDInputs] + t.pos(t.first_q) * es[kBwdDInputs];
     Tc* dc_at = static_cast<Tc*>(p.d_coeffs) + t.off[0][kBwdDCoeffs] + t.pos(t.first_q) * es[kBwdDCoeffs];
+    const Tc* c_here = c_ptr + t.pos(t.first_q) * es[Thread::kC];  // log storage: c at the step itself
     cp_async_wait<0>();
 #pragma unroll 4
-    for (int i = 0; i < steps; ++i, dx_at += sx, dc_at += sdc) {
+    for (int i = 0; i < steps; ++i, dx_at += sx, dc_at += sdc, c_here += sc) {
       Acc v[V], a[V], y_prev[V];
       Staged::read(v, slot_v(i));
       StagedC::read(a, slot_c(i));
@@ -561,6 +568,12 @@ __global__ void __launch_bounds__(NT) strided_staged_kernel(const Params p) {
       scan_step(state, a, v);
 #pragma unroll
       for (int j = 0; j < V; ++j) y_prev[j] = conj(last ? initial[j] : y_prev[j]) * state[j];
+      if constexpr (kIsLog<Tc>) {  // the gradient of log c: times c, read again (the slot holds the step before)
+        Acc c_now[V];
+        load_channels<V>(c_now, c_here);
+#pragma unroll
+        for (int j = 0; j < V; ++j) y_prev[j] = coeff_grad<Tc>(y_prev[j], c_now[j]);
+      }
       store_channels<V>(dx_at, state);
       store_channels<V>(dc_at, y_prev);
     }

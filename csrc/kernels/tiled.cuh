@@ -90,12 +90,14 @@ __device__ __forceinline__ Acc shift_bwd_coeffs(Acc (&cs)[E], const T* c, int64_
 // outputs as load_tile gives them, shifted here in place): d_coeffs =
 // d_inputs * conj(outputs one forward step earlier, `initial` before the first),
 // and d_initial = d_inputs[first] * conj(coeffs[first]) by the thread that holds
-// it (first_coeff, conjugated by shift_bwd_coeffs).
+// it (first_coeff, conjugated by shift_bwd_coeffs). For log storage d_coeffs is
+// that of log c, times c: the tile's coefficients are read again for it, from L2
+// (the same tile was read before the scan), rather than held through the scan.
 template <MemCode M, int E, typename T, typename Tc, typename Acc>
 __device__ __forceinline__ void store_bwd_coeffs_of(const Acc (&gs)[E], Acc (&ys)[E], const T* y, int64_t y_stride,
-                                                    Tc* dc, int64_t dc_stride, int64_t start, int64_t len,
-                                                    bool fwd_rev, Acc initial, Acc first_coeff, T* d_initial,
-                                                    Acc* smem) {
+                                                    Tc* dc, int64_t dc_stride, const Tc* c, int64_t c_stride,
+                                                    int64_t start, int64_t len, bool fwd_rev, Acc initial,
+                                                    Acc first_coeff, T* d_initial, Acc* smem) {
   const int64_t mine = start + static_cast<int64_t>(threadIdx.x) * E;
   const int64_t first = fwd_rev ? len - 1 : 0;
   shift_window(ys, y, y_stride, start, len, initial, /*from_next=*/fwd_rev);
@@ -104,18 +106,25 @@ __device__ __forceinline__ void store_bwd_coeffs_of(const Acc (&gs)[E], Acc (&ys
     if (mine + i == first) *d_initial = from_acc<T>(gs[i] * first_coeff);
     ys[i] = gs[i] * conj(ys[i]);
   }
+  if constexpr (kIsLog<Tc>) {
+    Acc cs[E];
+    load_tile<M>(cs, c, c_stride, start, len, Acc(1), smem);
+#pragma unroll
+    for (int i = 0; i < E; ++i) ys[i] = coeff_grad<Tc>(ys[i], cs[i]);
+  }
   store_tile<M>(dc, dc_stride, ys, start, len, smem);
 }
 
 // The same, loading the tile's outputs first.
 template <MemCode M, int E, typename T, typename Tc, typename Acc>
 __device__ __forceinline__ void store_bwd_coeffs(const Acc (&gs)[E], const T* y, int64_t y_stride, Tc* dc,
-                                                 int64_t dc_stride, int64_t start, int64_t len, bool fwd_rev,
-                                                 Acc initial, Acc first_coeff, T* d_initial, Acc* smem) {
+                                                 int64_t dc_stride, const Tc* c, int64_t c_stride, int64_t start,
+                                                 int64_t len, bool fwd_rev, Acc initial, Acc first_coeff,
+                                                 T* d_initial, Acc* smem) {
   Acc ys[E];
   load_tile<M>(ys, y, y_stride, start, len, Acc(0), smem);
-  store_bwd_coeffs_of<M>(gs, ys, y, y_stride, dc, dc_stride, start, len, fwd_rev, initial, first_coeff, d_initial,
-                         smem);
+  store_bwd_coeffs_of<M>(gs, ys, y, y_stride, dc, dc_stride, c, c_stride, start, len, fwd_rev, initial, first_coeff,
+                         d_initial, smem);
 }
 
 // Kernels take the config as plain ints: nvcc's host stubs cannot spell class-type template arguments.
@@ -245,11 +254,11 @@ __global__ void __launch_bounds__(NT_) tiled_bwd_kernel(const BackwardParams p) 
     if constexpr (kEarlyOutputs) {
       Acc ys[E];
       ys_ahead.take(ys);
-      store_bwd_coeffs_of<C.memcode>(gs, ys, y, es[kBwdOutputs], dc, es[kBwdDCoeffs], start, len, fwd_rev, initial,
-                                     first_coeff, d_initial, smem);
+      store_bwd_coeffs_of<C.memcode>(gs, ys, y, es[kBwdOutputs], dc, es[kBwdDCoeffs], c, es[kBwdCoeffs], start, len,
+                                     fwd_rev, initial, first_coeff, d_initial, smem);
     } else {
-      store_bwd_coeffs<C.memcode>(gs, y, es[kBwdOutputs], dc, es[kBwdDCoeffs], start, len, fwd_rev, initial,
-                                  first_coeff, d_initial, smem);
+      store_bwd_coeffs<C.memcode>(gs, y, es[kBwdOutputs], dc, es[kBwdDCoeffs], c, es[kBwdCoeffs], start, len, fwd_rev,
+                                  initial, first_coeff, d_initial, smem);
     }
     if constexpr (S == Schedule::kPipe) {
       next_gs.take(gs);

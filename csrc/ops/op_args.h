@@ -93,15 +93,17 @@ inline std::vector<int64_t> state_shape(const Tensor& full, int64_t dim) {
 }
 
 // The storage of a call whose scanned tensors are `values` and coefficients
-// `coeffs`: one dtype, or float32 coefficients beside 16-bit values (Storage).
-inline Storage storage_of(const Tensor& values, const Tensor& coeffs, const char* values_name) {
+// `coeffs`: one dtype, or float32 coefficients beside 16-bit values (Storage),
+// with coefficients in log space if `log_coeffs`.
+inline Storage storage_of(const Tensor& values, const Tensor& coeffs, const char* values_name, bool log_coeffs) {
   const ScalarType v = values.scalar_type(), c = coeffs.scalar_type();
-  const DType dtype = to_dtype(v, values_name);
-  if (c == v) return {dtype, dtype};
-  const Storage storage{dtype, to_dtype(c, "coeffs")};
-  STD_TORCH_CHECK(is_registered_storage(storage), "linrec: coeffs has dtype ", torch::headeronly::toString(c), " but ", values_name, " has ",
-                  torch::headeronly::toString(v), "; coeffs may differ only as float32 beside float16 or bfloat16 ",
-                  values_name);
+  const Storage storage{to_dtype(v, values_name), to_dtype(c, "coeffs"), log_coeffs};
+  STD_TORCH_CHECK(c == v || is_registered_storage({storage.values, storage.coeffs}), "linrec: coeffs has dtype ",
+                  torch::headeronly::toString(c), " but ", values_name, " has ", torch::headeronly::toString(v),
+                  "; coeffs may differ only as float32 beside float16 or bfloat16 ", values_name);
+  STD_TORCH_CHECK(is_registered_storage(storage), "linrec: log_coeffs=True takes float32, float16 and bfloat16 ",
+                  values_name, " (coeffs of the same dtype, or float32), not ", torch::headeronly::toString(v),
+                  " and ", torch::headeronly::toString(c), ": pass exp(coeffs) with log_coeffs=False");
   return storage;
 }
 
@@ -214,12 +216,12 @@ struct ForwardCall {
 };
 
 inline ForwardCall prepare_fwd(const Tensor& inputs, const Tensor& coeffs, const std::optional<Tensor>& initial,
-                               int64_t dim, bool reverse) {
+                               int64_t dim, bool reverse, bool log_coeffs) {
   check_defined(inputs, "inputs");
   check_defined(coeffs, "coeffs");
   dim = wrap_dim(dim, inputs.dim());
   check_same(inputs, coeffs, "inputs", "coeffs", false, dim, /*any_dtype=*/true);
-  const Storage storage = storage_of(inputs, coeffs, "inputs");
+  const Storage storage = storage_of(inputs, coeffs, "inputs", log_coeffs);
   if (initial) check_same(inputs, *initial, "inputs", "initial", true, dim);
 
   ForwardCall call{torch::stable::empty_like(inputs), ForwardParams{}, storage, inputs.numel() == 0, {}};
@@ -265,13 +267,13 @@ struct BackwardCall {
 };
 
 inline BackwardCall prepare_bwd(const Tensor& d_outputs, const Tensor& coeffs, const Tensor& outputs,
-                                const std::optional<Tensor>& initial, int64_t dim, bool reverse) {
+                                const std::optional<Tensor>& initial, int64_t dim, bool reverse, bool log_coeffs) {
   check_defined(d_outputs, "d_outputs");
   check_defined(coeffs, "coeffs");
   check_defined(outputs, "outputs");
   dim = wrap_dim(dim, d_outputs.dim());
   check_same(d_outputs, coeffs, "d_outputs", "coeffs", false, dim, /*any_dtype=*/true);
-  const Storage storage = storage_of(d_outputs, coeffs, "d_outputs");
+  const Storage storage = storage_of(d_outputs, coeffs, "d_outputs", log_coeffs);
   check_same(d_outputs, outputs, "d_outputs", "outputs", false, dim);
   if (initial) check_same(d_outputs, *initial, "d_outputs", "initial", true, dim);
 

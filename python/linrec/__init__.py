@@ -34,9 +34,9 @@ from ._args import normalize
 from ._backend import C_CUDA as _C_cuda
 from ._backend import HAS_CUDA_KERNELS as _HAS_CUDA_KERNELS
 from ._backend import NO_CUDA_KERNELS as _NO_CUDA_KERNELS
-from ._dispatch import scan_normalized
+from ._dispatch import log_or_exp, scan_normalized
 from ._registry import FAMILIES
-from ._segments import check_cu_seqlens, exp_coeffs, scan_segments, segment_initial
+from ._segments import check_cu_seqlens, check_log_number, scan_segments, segment_initial
 from ._selective import selective_scan
 from ._version import __version__
 
@@ -107,7 +107,9 @@ def linrec(inputs: torch.Tensor, coeffs: torch.Tensor | float | complex, reverse
             dim of size len(cu_seqlens) - 1 (or broadcastable to it).
         log_coeffs: coeffs holds log(c) (logsigmoid gates, -softplus(.) * r, a complex log): the
             scan takes exp(coeffs), computed in float32 at least; the gradient is for the
-            log-coefficients, in their shape and dtype.
+            log-coefficients, in their shape and dtype. For float32, float16 and bfloat16 the
+            kernels take exp as they load each coefficient (no extra pass, no extra tensor);
+            float64 and complex log-coefficients are exponentiated first.
         cu_seqlens: packed sequences of different lengths along dim: a 1-D int32 / int64 tensor
             [0, e1, ..., inputs.shape[dim]] on inputs' device; segment k is steps
             cu_seqlens[k] .. cu_seqlens[k+1]-1, scanned on its own (in reverse too), from
@@ -125,13 +127,14 @@ def linrec(inputs: torch.Tensor, coeffs: torch.Tensor | float | complex, reverse
     On CUDA tensors the compiled kernels run when the build has them for the device,
     the Triton implementation otherwise; LINREC_BACKEND=cuda|triton forces one.
     """
-    if log_coeffs is not False:
-        if log_coeffs is not True:
-            raise ValueError(f"linrec: log_coeffs must be a bool, got {log_coeffs!r}")
-        coeffs = exp_coeffs(coeffs)
+    if log_coeffs is not True and log_coeffs is not False:
+        raise ValueError(f"linrec: log_coeffs must be a bool, got {log_coeffs!r}")
+    if log_coeffs:
+        check_log_number(coeffs)
     if cu_seqlens is not None:
         inputs, coeffs, _, dim = normalize(inputs, coeffs, None, dim, reverse, complex_ok=True)
         check_cu_seqlens(cu_seqlens, inputs, dim)
         initial = segment_initial(initial, inputs, dim, cu_seqlens.shape[0] - 1)
-        return scan_segments(scan_normalized, inputs, coeffs, initial, dim, bool(reverse), cu_seqlens)
-    return scan_normalized(*normalize(inputs, coeffs, initial, dim, reverse, complex_ok=True), reverse)
+        coeffs, log_coeffs = log_or_exp(inputs, coeffs, log_coeffs)
+        return scan_segments(scan_normalized, inputs, coeffs, initial, dim, bool(reverse), cu_seqlens, log_coeffs)
+    return scan_normalized(*normalize(inputs, coeffs, initial, dim, reverse, complex_ok=True), reverse, log_coeffs)

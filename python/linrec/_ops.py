@@ -11,9 +11,10 @@ from __future__ import annotations
 import torch
 
 from . import _C  # noqa: F401  (loading it registers the ops)
-from ._registry import FAMILIES, KERNEL_AUTO
+from ._registry import FAMILIES, KERNEL_AUTO, STORAGES
 
 _FAMILIES_BY_ID = {f.id: f for f in FAMILIES.values()}
+LOG_STORAGES = frozenset((s.values, s.coeffs) for s in STORAGES.values() if s.log_coeffs)
 _KERNEL_IDS = ", ".join(["0 auto"] + [f"{f.id} {name}" for name, f in FAMILIES.items()])  # as csrc/registry.h
 
 fwd_op = torch.ops.linrec.linrec_fwd
@@ -52,8 +53,20 @@ def _check_fake_args(named_tensors, kernel_args):
         raise RuntimeError(f"linrec: algocode={algocode} must be in 0..3")
 
 
-def _fwd_fake(inputs, coeffs, initial, dim, *kernel_args):
-    _check_fake_args((("inputs", inputs), ("coeffs", coeffs), ("initial", initial)), kernel_args)
+def _check_log_storage(values, coeffs, log_coeffs, values_name):
+    """log_coeffs only on a storage the registry has log kernels for (csrc/ops/op_args.h, storage_of)."""
+    if log_coeffs and (str(values.dtype).removeprefix("torch."), str(coeffs.dtype).removeprefix("torch.")) \
+            not in LOG_STORAGES:
+        raise RuntimeError(f"linrec: log_coeffs=True takes float32, float16 and bfloat16 {values_name} (coeffs of "
+                           f"the same dtype, or float32), not {values.dtype} and {coeffs.dtype}: pass exp(coeffs) "
+                           "with log_coeffs=False")
+
+
+def _fwd_fake(inputs, coeffs, initial, dim, reverse, kernel, elems_per_thread, threads_per_block, memcode, algocode,
+              log_coeffs=False):
+    _check_fake_args((("inputs", inputs), ("coeffs", coeffs), ("initial", initial)),
+                     (reverse, kernel, elems_per_thread, threads_per_block, memcode, algocode))
+    _check_log_storage(inputs, coeffs, log_coeffs, "inputs")
     return torch.empty_like(inputs)
 
 
@@ -62,9 +75,11 @@ torch.library.register_fake("linrec::_linrec_fwd", _fwd_fake)
 
 
 @torch.library.register_fake("linrec::linrec_bwd")
-def _bwd_fake(d_outputs, coeffs, outputs, initial, dim, *kernel_args):
+def _bwd_fake(d_outputs, coeffs, outputs, initial, dim, reverse, kernel, elems_per_thread, threads_per_block, memcode,
+              algocode, log_coeffs=False):
     _check_fake_args((("d_outputs", d_outputs), ("coeffs", coeffs), ("outputs", outputs), ("initial", initial)),
-                     kernel_args)
+                     (reverse, kernel, elems_per_thread, threads_per_block, memcode, algocode))
+    _check_log_storage(d_outputs, coeffs, log_coeffs, "d_outputs")
     dim = dim % d_outputs.dim()
     state = d_outputs.shape[:dim] + d_outputs.shape[dim + 1:]
     return (torch.empty_like(d_outputs), torch.empty_like(d_outputs, dtype=coeffs.dtype),

@@ -5,17 +5,17 @@ from ._registry_types import Family, Storage
 
 KERNEL_AUTO = 0
 FAMILIES = {
-    "ref": Family(1, ('f32', 'f64', 'f16', 'bf16', 'f16f32', 'bf16f32', 'c64', 'c128'), None, False,
+    "ref": Family(1, ('f32', 'f64', 'f16', 'bf16', 'f16f32', 'bf16f32', 'f32log', 'f16log', 'bf16log', 'f16f32log', 'bf16f32log', 'c64', 'c128'), None, False,
                'one thread per sequence, walking it step by step'),
-    "tile": Family(2, ('f32', 'f64', 'f16', 'bf16', 'f16f32', 'bf16f32', 'c64', 'c128'), (16, 256, 1, 3), False,
+    "tile": Family(2, ('f32', 'f64', 'f16', 'bf16', 'f16f32', 'bf16f32', 'f32log', 'f16log', 'bf16log', 'f16f32log', 'bf16f32log', 'c64', 'c128'), (16, 256, 1, 3), False,
                'one thread block scans a whole sequence held in registers (at most elems_per_thread * threads_per_block elements)'),
-    "pipe": Family(3, ('f32', 'f64', 'f16', 'bf16', 'f16f32', 'bf16f32'), (8, 256, 1, 3), False,
+    "pipe": Family(3, ('f32', 'f64', 'f16', 'bf16', 'f16f32', 'bf16f32', 'f32log', 'f16log', 'bf16log', 'f16f32log', 'bf16f32log'), (8, 256, 1, 3), False,
                'the tile scan over consecutive tiles with a carry: any length'),
-    "chained": Family(4, ('f32', 'f64', 'f16', 'bf16', 'f16f32', 'bf16f32', 'c64', 'c128'), (8, 64, 1, 3), True,
+    "chained": Family(4, ('f32', 'f64', 'f16', 'bf16', 'f16f32', 'bf16f32', 'f32log', 'f16log', 'bf16log', 'f16f32log', 'bf16f32log', 'c64', 'c128'), (8, 64, 1, 3), True,
                'one block per tile, each finding its entering state by decoupled look-back: any length, for few long sequences'),
-    "strided": Family(5, ('f32', 'f64', 'f16', 'bf16', 'f16f32', 'bf16f32', 'c64', 'c128'), (16, 256, 3, 3), True,
+    "strided": Family(5, ('f32', 'f64', 'f16', 'bf16', 'f16f32', 'bf16f32', 'f32log', 'f16log', 'bf16log', 'f16f32log', 'bf16f32log', 'c64', 'c128'), (16, 256, 3, 3), True,
                'lanes across sequences, time in chunks chained by look-back: for sequences strided along their length (channel-last data)'),
-    "packed": Family(6, ('f32', 'f64', 'f16', 'bf16', 'f16f32', 'bf16f32', 'c64', 'c128'), (4, 256, 1, 3), False,
+    "packed": Family(6, ('f32', 'f64', 'f16', 'bf16', 'f16f32', 'bf16f32', 'f32log', 'f16log', 'bf16log', 'f16f32log', 'bf16f32log', 'c64', 'c128'), (4, 256, 1, 3), False,
                'several short sequences to a warp, each held whole by a segment of lanes (at most 32 * elems_per_thread elements)'),
 }
 STORAGES = {
@@ -25,6 +25,11 @@ STORAGES = {
     "bf16": Storage("bfloat16", "bfloat16"),
     "f16f32": Storage("float16", "float32"),
     "bf16f32": Storage("bfloat16", "float32"),
+    "f32log": Storage("float32", "float32", True),
+    "f16log": Storage("float16", "float16", True),
+    "bf16log": Storage("bfloat16", "bfloat16", True),
+    "f16f32log": Storage("float16", "float32", True),
+    "bf16f32log": Storage("bfloat16", "float32", True),
     "c64": Storage("complex64", "complex64"),
     "c128": Storage("complex128", "complex128"),
 }

@@ -20,7 +20,9 @@ class Family(NamedTuple):
 
 
 class Storage(NamedTuple):
-    """A storage type: the dtypes of the scanned tensors and of the coefficients."""
+    """A storage type: the dtypes of the scanned tensors and of the coefficients, and whether
+    the coefficients hold log c (the kernels take exp as they load them)."""
 
     values: str  # torch dtype name
     coeffs: str  # torch dtype name
+    log_coeffs: bool = False

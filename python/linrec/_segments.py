@@ -10,11 +10,7 @@ state entering the segment comes in through the inputs:
 so every implementation of the plain scan serves, and autograd gives the gradients of
 inputs, coeffs and initial (per segment). The boundaries are found with device-side tensor
 ops only: no host sync on CUDA. This costs two element-wise passes beside the scan; a fused
-kernel will drop them.
-
-log_coeffs: the coefficients are exp(coeffs), computed in float32 at least (a 16-bit log
-gate near 0 is a decay near 1, which 16 bits would round); the gradient is returned in
-coeffs' own dtype.
+kernel will drop them. With log-coefficients the cut is log 0 = -inf.
 """
 
 from __future__ import annotations
@@ -26,23 +22,19 @@ import numbers
 import torch
 
 from ._args import _check_dtype
+from ._autograd import exp_of_log
 
 SEGMENT_INDEX_DTYPES = (torch.int32, torch.int64)
 
 
-def exp_coeffs(coeffs):
-    """exp of log-space coefficients: a tensor (float32 at least) or a number."""
-    if isinstance(coeffs, torch.Tensor):
-        _check_dtype("coeffs", coeffs, complex_ok=True)
-        if coeffs.dtype in (torch.float16, torch.bfloat16):
-            coeffs = coeffs.float()
-        return coeffs.exp()
+def check_log_number(coeffs) -> None:
+    """A log-coefficient given as a number must have a finite exp (a tensor is not checked: that
+    would read it, and wait for the device on CUDA)."""
     if isinstance(coeffs, numbers.Number) and not isinstance(coeffs, bool):
         try:
-            return cmath.exp(coeffs) if isinstance(coeffs, complex) else math.exp(coeffs)
+            cmath.exp(coeffs) if isinstance(coeffs, complex) else math.exp(coeffs)
         except OverflowError:
             raise ValueError(f"linrec: coeffs={coeffs!r} with log_coeffs=True overflows exp") from None
-    raise ValueError(f"linrec: coeffs must be a tensor or a number, got {type(coeffs).__name__}")
 
 
 def check_cu_seqlens(cu_seqlens, inputs: torch.Tensor, dim: int) -> None:
@@ -93,9 +85,10 @@ def segment_initial(initial, inputs: torch.Tensor, dim: int, num_segments: int):
                      f"({num_segments} segments along dim {dim}) or broadcastable to it, got {tuple(initial.shape)}")
 
 
-def scan_segments(scan, inputs, coeffs, initial, dim: int, reverse: bool, cu_seqlens):
-    """`scan(inputs, coeffs, initial, dim, reverse)` over each segment of cu_seqlens (see above).
-    inputs and coeffs come as _args.normalize gives them; initial from segment_initial."""
+def scan_segments(scan, inputs, coeffs, initial, dim: int, reverse: bool, cu_seqlens, log_coeffs=False):
+    """`scan(inputs, coeffs, initial, dim, reverse, log_coeffs)` over each segment of cu_seqlens
+    (see above). inputs and coeffs come as _args.normalize gives them; initial from
+    segment_initial."""
     length = inputs.shape[dim]
     starts, ends = cu_seqlens[:-1].long(), cu_seqlens[1:].long()
     first = ends - 1 if reverse else starts
@@ -105,11 +98,13 @@ def scan_segments(scan, inputs, coeffs, initial, dim: int, reverse: bool, cu_seq
     shape = [1] * inputs.dim()
     shape[dim] = length
     cut = cut[:length].view(shape)
-    cut_coeffs = torch.where(cut, torch.zeros((), dtype=coeffs.dtype, device=coeffs.device), coeffs)
+    cut_value = float("-inf") if log_coeffs else 0.0
+    cut_coeffs = torch.where(cut, torch.full((), cut_value, dtype=coeffs.dtype, device=coeffs.device), coeffs)
     if initial is not None:
         padded = list(inputs.shape)
         padded[dim] = length + 1
         entering = initial.new_zeros(padded).index_add(dim, first, initial).narrow(dim, 0, length)
-        inputs = inputs + (coeffs * entering).to(inputs.dtype)
-    return scan(inputs, cut_coeffs, None, dim, reverse)
+        linear = exp_of_log(coeffs) if log_coeffs else coeffs
+        inputs = inputs + (linear * entering).to(inputs.dtype)
+    return scan(inputs, cut_coeffs, None, dim, reverse, log_coeffs)
 

@@ -97,8 +97,10 @@ def option_cases(sms):
     """log_coeffs and cu_seqlens cases (--options), each with its own implementations: fn(x, c, dim)
     where c holds the log-coefficients for the log case. 32768 tokens of 4096 channels, as in
     LLM training, packed FLA's way (1, T, D) over dim 1 and as rows (D, T)."""
+    # "linrec": the same values taken as plain coefficients, the time log_coeffs must match.
     yield dict(name="log 13200 x 4096", shape=(sms * 100, 4096), dim=-1, length=4096, log=True, impls={
         "linrec log_coeffs": lambda a, b, dim: linrec.linrec(a, b, dim=dim, log_coeffs=True),
+        "linrec": lambda a, b, dim: linrec.linrec(a, b, dim=dim),
         "torch.exp + linrec": lambda a, b, dim: linrec.linrec(a, b.exp(), dim=dim)})
     packings = {"log-uniform 64..8192": log_uniform_segments(32768, 64, 8192),
                 "3 long + 2000 short": long_and_short_segments(32768, 3, 2000)}

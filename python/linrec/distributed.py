@@ -29,9 +29,8 @@ import torch
 import torch.distributed as dist
 
 from ._args import normalize
-from ._autograd import backward_by_scans
+from ._autograd import backward_by_scans, exp_of_log
 from ._dispatch import scan_normalized
-from ._segments import exp_coeffs
 
 _DTYPE_CODES = {dtype: code for code, dtype in enumerate(
     (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64, torch.complex128))}
@@ -60,11 +59,11 @@ def linrec(inputs, coeffs, reverse=False, *, dim=-1, initial=None, log_coeffs=Fa
         linrec.linrec refuses.
     """
     group = _process_group(group)
-    if log_coeffs is not False:
-        if log_coeffs is not True:
-            raise ValueError(f"linrec: log_coeffs must be a bool, got {log_coeffs!r}")
-        coeffs = exp_coeffs(coeffs)
+    if log_coeffs is not True and log_coeffs is not False:
+        raise ValueError(f"linrec: log_coeffs must be a bool, got {log_coeffs!r}")
     inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse, complex_ok=True)
+    if log_coeffs:
+        coeffs = exp_of_log(coeffs)
     _check_same_on_every_rank(inputs, coeffs, initial, dim, bool(reverse), group)
     return _ShardedScan.apply(inputs, coeffs, initial, dim, bool(reverse), group)
 

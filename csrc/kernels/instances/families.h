@@ -109,6 +109,11 @@ template <> inline constexpr bool kCompiled<KernelKind::kRef, __half> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kRef, __nv_bfloat16> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kRef, MixedHalf> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kRef, MixedBFloat16> = true;
+template <> inline constexpr bool kCompiled<KernelKind::kRef, LogCoeffs<float>> = true;
+template <> inline constexpr bool kCompiled<KernelKind::kRef, LogCoeffs<__half>> = true;
+template <> inline constexpr bool kCompiled<KernelKind::kRef, LogCoeffs<__nv_bfloat16>> = true;
+template <> inline constexpr bool kCompiled<KernelKind::kRef, LogCoeffs<MixedHalf>> = true;
+template <> inline constexpr bool kCompiled<KernelKind::kRef, LogCoeffs<MixedBFloat16>> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kRef, ComplexFloat> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kRef, ComplexDouble> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kTile, float> = true;
@@ -117,6 +122,11 @@ template <> inline constexpr bool kCompiled<KernelKind::kTile, __half> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kTile, __nv_bfloat16> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kTile, MixedHalf> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kTile, MixedBFloat16> = true;
+template <> inline constexpr bool kCompiled<KernelKind::kTile, LogCoeffs<float>> = true;
+template <> inline constexpr bool kCompiled<KernelKind::kTile, LogCoeffs<__half>> = true;
+template <> inline constexpr bool kCompiled<KernelKind::kTile, LogCoeffs<__nv_bfloat16>> = true;
+template <> inline constexpr bool kCompiled<KernelKind::kTile, LogCoeffs<MixedHalf>> = true;
+template <> inline constexpr bool kCompiled<KernelKind::kTile, LogCoeffs<MixedBFloat16>> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kTile, ComplexFloat> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kTile, ComplexDouble> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kPipe, float> = true;
@@ -125,12 +135,22 @@ template <> inline constexpr bool kCompiled<KernelKind::kPipe, __half> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kPipe, __nv_bfloat16> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kPipe, MixedHalf> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kPipe, MixedBFloat16> = true;
+template <> inline constexpr bool kCompiled<KernelKind::kPipe, LogCoeffs<float>> = true;
+template <> inline constexpr bool kCompiled<KernelKind::kPipe, LogCoeffs<__half>> = true;
+template <> inline constexpr bool kCompiled<KernelKind::kPipe, LogCoeffs<__nv_bfloat16>> = true;
+template <> inline constexpr bool kCompiled<KernelKind::kPipe, LogCoeffs<MixedHalf>> = true;
+template <> inline constexpr bool kCompiled<KernelKind::kPipe, LogCoeffs<MixedBFloat16>> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kChained, float> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kChained, double> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kChained, __half> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kChained, __nv_bfloat16> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kChained, MixedHalf> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kChained, MixedBFloat16> = true;
+template <> inline constexpr bool kCompiled<KernelKind::kChained, LogCoeffs<float>> = true;
+template <> inline constexpr bool kCompiled<KernelKind::kChained, LogCoeffs<__half>> = true;
+template <> inline constexpr bool kCompiled<KernelKind::kChained, LogCoeffs<__nv_bfloat16>> = true;
+template <> inline constexpr bool kCompiled<KernelKind::kChained, LogCoeffs<MixedHalf>> = true;
+template <> inline constexpr bool kCompiled<KernelKind::kChained, LogCoeffs<MixedBFloat16>> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kChained, ComplexFloat> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kChained, ComplexDouble> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kStrided, float> = true;
@@ -139,6 +159,11 @@ template <> inline constexpr bool kCompiled<KernelKind::kStrided, __half> = true
 template <> inline constexpr bool kCompiled<KernelKind::kStrided, __nv_bfloat16> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kStrided, MixedHalf> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kStrided, MixedBFloat16> = true;
+template <> inline constexpr bool kCompiled<KernelKind::kStrided, LogCoeffs<float>> = true;
+template <> inline constexpr bool kCompiled<KernelKind::kStrided, LogCoeffs<__half>> = true;
+template <> inline constexpr bool kCompiled<KernelKind::kStrided, LogCoeffs<__nv_bfloat16>> = true;
+template <> inline constexpr bool kCompiled<KernelKind::kStrided, LogCoeffs<MixedHalf>> = true;
+template <> inline constexpr bool kCompiled<KernelKind::kStrided, LogCoeffs<MixedBFloat16>> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kStrided, ComplexFloat> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kStrided, ComplexDouble> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kPacked, float> = true;
@@ -147,6 +172,11 @@ template <> inline constexpr bool kCompiled<KernelKind::kPacked, __half> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kPacked, __nv_bfloat16> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kPacked, MixedHalf> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kPacked, MixedBFloat16> = true;
+template <> inline constexpr bool kCompiled<KernelKind::kPacked, LogCoeffs<float>> = true;
+template <> inline constexpr bool kCompiled<KernelKind::kPacked, LogCoeffs<__half>> = true;
+template <> inline constexpr bool kCompiled<KernelKind::kPacked, LogCoeffs<__nv_bfloat16>> = true;
+template <> inline constexpr bool kCompiled<KernelKind::kPacked, LogCoeffs<MixedHalf>> = true;
+template <> inline constexpr bool kCompiled<KernelKind::kPacked, LogCoeffs<MixedBFloat16>> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kPacked, ComplexFloat> = true;
 template <> inline constexpr bool kCompiled<KernelKind::kPacked, ComplexDouble> = true;
 
@@ -168,6 +198,16 @@ LINREC_FAMILY_INSTANCES(extern template, kRef, MixedHalf, false)
 LINREC_FAMILY_INSTANCES(extern template, kRef, MixedHalf, true)
 LINREC_FAMILY_INSTANCES(extern template, kRef, MixedBFloat16, false)
 LINREC_FAMILY_INSTANCES(extern template, kRef, MixedBFloat16, true)
+LINREC_FAMILY_INSTANCES(extern template, kRef, LogCoeffs<float>, false)
+LINREC_FAMILY_INSTANCES(extern template, kRef, LogCoeffs<float>, true)
+LINREC_FAMILY_INSTANCES(extern template, kRef, LogCoeffs<__half>, false)
+LINREC_FAMILY_INSTANCES(extern template, kRef, LogCoeffs<__half>, true)
+LINREC_FAMILY_INSTANCES(extern template, kRef, LogCoeffs<__nv_bfloat16>, false)
+LINREC_FAMILY_INSTANCES(extern template, kRef, LogCoeffs<__nv_bfloat16>, true)
+LINREC_FAMILY_INSTANCES(extern template, kRef, LogCoeffs<MixedHalf>, false)
+LINREC_FAMILY_INSTANCES(extern template, kRef, LogCoeffs<MixedHalf>, true)
+LINREC_FAMILY_INSTANCES(extern template, kRef, LogCoeffs<MixedBFloat16>, false)
+LINREC_FAMILY_INSTANCES(extern template, kRef, LogCoeffs<MixedBFloat16>, true)
 LINREC_FAMILY_INSTANCES(extern template, kRef, ComplexFloat, false)
 LINREC_FAMILY_INSTANCES(extern template, kRef, ComplexFloat, true)
 LINREC_FAMILY_INSTANCES(extern template, kRef, ComplexDouble, false)
@@ -184,6 +224,16 @@ LINREC_FAMILY_INSTANCES(extern template, kTile, MixedHalf, false)
 LINREC_FAMILY_INSTANCES(extern template, kTile, MixedHalf, true)
 LINREC_FAMILY_INSTANCES(extern template, kTile, MixedBFloat16, false)
 LINREC_FAMILY_INSTANCES(extern template, kTile, MixedBFloat16, true)
+LINREC_FAMILY_INSTANCES(extern template, kTile, LogCoeffs<float>, false)
+LINREC_FAMILY_INSTANCES(extern template, kTile, LogCoeffs<float>, true)
+LINREC_FAMILY_INSTANCES(extern template, kTile, LogCoeffs<__half>, false)
+LINREC_FAMILY_INSTANCES(extern template, kTile, LogCoeffs<__half>, true)
+LINREC_FAMILY_INSTANCES(extern template, kTile, LogCoeffs<__nv_bfloat16>, false)
+LINREC_FAMILY_INSTANCES(extern template, kTile, LogCoeffs<__nv_bfloat16>, true)
+LINREC_FAMILY_INSTANCES(extern template, kTile, LogCoeffs<MixedHalf>, false)
+LINREC_FAMILY_INSTANCES(extern template, kTile, LogCoeffs<MixedHalf>, true)
+LINREC_FAMILY_INSTANCES(extern template, kTile, LogCoeffs<MixedBFloat16>, false)
+LINREC_FAMILY_INSTANCES(extern template, kTile, LogCoeffs<MixedBFloat16>, true)
 LINREC_FAMILY_INSTANCES(extern template, kTile, ComplexFloat, false)
 LINREC_FAMILY_INSTANCES(extern template, kTile, ComplexFloat, true)
 LINREC_FAMILY_INSTANCES(extern template, kTile, ComplexDouble, false)
@@ -200,6 +250,16 @@ LINREC_FAMILY_INSTANCES(extern template, kPipe, MixedHalf, false)
 LINREC_FAMILY_INSTANCES(extern template, kPipe, MixedHalf, true)
 LINREC_FAMILY_INSTANCES(extern template, kPipe, MixedBFloat16, false)
 LINREC_FAMILY_INSTANCES(extern template, kPipe, MixedBFloat16, true)
+LINREC_FAMILY_INSTANCES(extern template, kPipe, LogCoeffs<float>, false)
+LINREC_FAMILY_INSTANCES(extern template, kPipe, LogCoeffs<float>, true)
+LINREC_FAMILY_INSTANCES(extern template, kPipe, LogCoeffs<__half>, false)
+LINREC_FAMILY_INSTANCES(extern template, kPipe, LogCoeffs<__half>, true)
+LINREC_FAMILY_INSTANCES(extern template, kPipe, LogCoeffs<__nv_bfloat16>, false)
+LINREC_FAMILY_INSTANCES(extern template, kPipe, LogCoeffs<__nv_bfloat16>, true)
+LINREC_FAMILY_INSTANCES(extern template, kPipe, LogCoeffs<MixedHalf>, false)
+LINREC_FAMILY_INSTANCES(extern template, kPipe, LogCoeffs<MixedHalf>, true)
+LINREC_FAMILY_INSTANCES(extern template, kPipe, LogCoeffs<MixedBFloat16>, false)
+LINREC_FAMILY_INSTANCES(extern template, kPipe, LogCoeffs<MixedBFloat16>, true)
 LINREC_FAMILY_INSTANCES(extern template, kChained, float, false)
 LINREC_FAMILY_INSTANCES(extern template, kChained, float, true)
 extern template int64_t Family<KernelKind::kChained>::workspace_bytes<float>(int64_t, int64_t, const TileConfig&);
@@ -218,6 +278,21 @@ extern template int64_t Family<KernelKind::kChained>::workspace_bytes<MixedHalf>
 LINREC_FAMILY_INSTANCES(extern template, kChained, MixedBFloat16, false)
 LINREC_FAMILY_INSTANCES(extern template, kChained, MixedBFloat16, true)
 extern template int64_t Family<KernelKind::kChained>::workspace_bytes<MixedBFloat16>(int64_t, int64_t, const TileConfig&);
+LINREC_FAMILY_INSTANCES(extern template, kChained, LogCoeffs<float>, false)
+LINREC_FAMILY_INSTANCES(extern template, kChained, LogCoeffs<float>, true)
+extern template int64_t Family<KernelKind::kChained>::workspace_bytes<LogCoeffs<float>>(int64_t, int64_t, const TileConfig&);
+LINREC_FAMILY_INSTANCES(extern template, kChained, LogCoeffs<__half>, false)
+LINREC_FAMILY_INSTANCES(extern template, kChained, LogCoeffs<__half>, true)
+extern template int64_t Family<KernelKind::kChained>::workspace_bytes<LogCoeffs<__half>>(int64_t, int64_t, const TileConfig&);
+LINREC_FAMILY_INSTANCES(extern template, kChained, LogCoeffs<__nv_bfloat16>, false)
+LINREC_FAMILY_INSTANCES(extern template, kChained, LogCoeffs<__nv_bfloat16>, true)
+extern template int64_t Family<KernelKind::kChained>::workspace_bytes<LogCoeffs<__nv_bfloat16>>(int64_t, int64_t, const TileConfig&);
+LINREC_FAMILY_INSTANCES(extern template, kChained, LogCoeffs<MixedHalf>, false)
+LINREC_FAMILY_INSTANCES(extern template, kChained, LogCoeffs<MixedHalf>, true)
+extern template int64_t Family<KernelKind::kChained>::workspace_bytes<LogCoeffs<MixedHalf>>(int64_t, int64_t, const TileConfig&);
+LINREC_FAMILY_INSTANCES(extern template, kChained, LogCoeffs<MixedBFloat16>, false)
+LINREC_FAMILY_INSTANCES(extern template, kChained, LogCoeffs<MixedBFloat16>, true)
+extern template int64_t Family<KernelKind::kChained>::workspace_bytes<LogCoeffs<MixedBFloat16>>(int64_t, int64_t, const TileConfig&);
 LINREC_FAMILY_INSTANCES(extern template, kChained, ComplexFloat, false)
 LINREC_FAMILY_INSTANCES(extern template, kChained, ComplexFloat, true)
 extern template int64_t Family<KernelKind::kChained>::workspace_bytes<ComplexFloat>(int64_t, int64_t, const TileConfig&);
@@ -242,6 +317,21 @@ extern template int64_t Family<KernelKind::kStrided>::workspace_bytes<MixedHalf>
 LINREC_FAMILY_INSTANCES(extern template, kStrided, MixedBFloat16, false)
 LINREC_FAMILY_INSTANCES(extern template, kStrided, MixedBFloat16, true)
 extern template int64_t Family<KernelKind::kStrided>::workspace_bytes<MixedBFloat16>(int64_t, int64_t, const TileConfig&);
+LINREC_FAMILY_INSTANCES(extern template, kStrided, LogCoeffs<float>, false)
+LINREC_FAMILY_INSTANCES(extern template, kStrided, LogCoeffs<float>, true)
+extern template int64_t Family<KernelKind::kStrided>::workspace_bytes<LogCoeffs<float>>(int64_t, int64_t, const TileConfig&);
+LINREC_FAMILY_INSTANCES(extern template, kStrided, LogCoeffs<__half>, false)
+LINREC_FAMILY_INSTANCES(extern template, kStrided, LogCoeffs<__half>, true)
+extern template int64_t Family<KernelKind::kStrided>::workspace_bytes<LogCoeffs<__half>>(int64_t, int64_t, const TileConfig&);
+LINREC_FAMILY_INSTANCES(extern template, kStrided, LogCoeffs<__nv_bfloat16>, false)
+LINREC_FAMILY_INSTANCES(extern template, kStrided, LogCoeffs<__nv_bfloat16>, true)
+extern template int64_t Family<KernelKind::kStrided>::workspace_bytes<LogCoeffs<__nv_bfloat16>>(int64_t, int64_t, const TileConfig&);
+LINREC_FAMILY_INSTANCES(extern template, kStrided, LogCoeffs<MixedHalf>, false)
+LINREC_FAMILY_INSTANCES(extern template, kStrided, LogCoeffs<MixedHalf>, true)
+extern template int64_t Family<KernelKind::kStrided>::workspace_bytes<LogCoeffs<MixedHalf>>(int64_t, int64_t, const TileConfig&);
+LINREC_FAMILY_INSTANCES(extern template, kStrided, LogCoeffs<MixedBFloat16>, false)
+LINREC_FAMILY_INSTANCES(extern template, kStrided, LogCoeffs<MixedBFloat16>, true)
+extern template int64_t Family<KernelKind::kStrided>::workspace_bytes<LogCoeffs<MixedBFloat16>>(int64_t, int64_t, const TileConfig&);
 LINREC_FAMILY_INSTANCES(extern template, kStrided, ComplexFloat, false)
 LINREC_FAMILY_INSTANCES(extern template, kStrided, ComplexFloat, true)
 extern template int64_t Family<KernelKind::kStrided>::workspace_bytes<ComplexFloat>(int64_t, int64_t, const TileConfig&);
@@ -260,6 +350,16 @@ LINREC_FAMILY_INSTANCES(extern template, kPacked, MixedHalf, false)
 LINREC_FAMILY_INSTANCES(extern template, kPacked, MixedHalf, true)
 LINREC_FAMILY_INSTANCES(extern template, kPacked, MixedBFloat16, false)
 LINREC_FAMILY_INSTANCES(extern template, kPacked, MixedBFloat16, true)
+LINREC_FAMILY_INSTANCES(extern template, kPacked, LogCoeffs<float>, false)
+LINREC_FAMILY_INSTANCES(extern template, kPacked, LogCoeffs<float>, true)
+LINREC_FAMILY_INSTANCES(extern template, kPacked, LogCoeffs<__half>, false)
+LINREC_FAMILY_INSTANCES(extern template, kPacked, LogCoeffs<__half>, true)
+LINREC_FAMILY_INSTANCES(extern template, kPacked, LogCoeffs<__nv_bfloat16>, false)
+LINREC_FAMILY_INSTANCES(extern template, kPacked, LogCoeffs<__nv_bfloat16>, true)
+LINREC_FAMILY_INSTANCES(extern template, kPacked, LogCoeffs<MixedHalf>, false)
+LINREC_FAMILY_INSTANCES(extern template, kPacked, LogCoeffs<MixedHalf>, true)
+LINREC_FAMILY_INSTANCES(extern template, kPacked, LogCoeffs<MixedBFloat16>, false)
+LINREC_FAMILY_INSTANCES(extern template, kPacked, LogCoeffs<MixedBFloat16>, true)
 LINREC_FAMILY_INSTANCES(extern template, kPacked, ComplexFloat, false)
 LINREC_FAMILY_INSTANCES(extern template, kPacked, ComplexFloat, true)
 LINREC_FAMILY_INSTANCES(extern template, kPacked, ComplexDouble, false)
@@ -268,15 +368,20 @@ LINREC_FAMILY_INSTANCES(extern template, kPacked, ComplexDouble, true)
 // Calls fn.template operator()<S>() with the kernels' storage parameter of `s`.
 template <typename Fn>
 decltype(auto) for_storage(Storage s, Fn&& fn) {
-  if (s.values == DType::kFloat32 && s.coeffs == DType::kFloat32) return fn.template operator()<float>();
-  if (s.values == DType::kFloat64 && s.coeffs == DType::kFloat64) return fn.template operator()<double>();
-  if (s.values == DType::kFloat16 && s.coeffs == DType::kFloat16) return fn.template operator()<__half>();
-  if (s.values == DType::kBFloat16 && s.coeffs == DType::kBFloat16) return fn.template operator()<__nv_bfloat16>();
-  if (s.values == DType::kFloat16 && s.coeffs == DType::kFloat32) return fn.template operator()<MixedHalf>();
-  if (s.values == DType::kBFloat16 && s.coeffs == DType::kFloat32) return fn.template operator()<MixedBFloat16>();
-  if (s.values == DType::kComplex64 && s.coeffs == DType::kComplex64) return fn.template operator()<ComplexFloat>();
-  if (s.values == DType::kComplex128 && s.coeffs == DType::kComplex128) return fn.template operator()<ComplexDouble>();
-  throw std::invalid_argument("linrec: no CUDA kernels for this pair of dtypes");
+  if (s.values == DType::kFloat32 && s.coeffs == DType::kFloat32 && !s.log_coeffs) return fn.template operator()<float>();
+  if (s.values == DType::kFloat64 && s.coeffs == DType::kFloat64 && !s.log_coeffs) return fn.template operator()<double>();
+  if (s.values == DType::kFloat16 && s.coeffs == DType::kFloat16 && !s.log_coeffs) return fn.template operator()<__half>();
+  if (s.values == DType::kBFloat16 && s.coeffs == DType::kBFloat16 && !s.log_coeffs) return fn.template operator()<__nv_bfloat16>();
+  if (s.values == DType::kFloat16 && s.coeffs == DType::kFloat32 && !s.log_coeffs) return fn.template operator()<MixedHalf>();
+  if (s.values == DType::kBFloat16 && s.coeffs == DType::kFloat32 && !s.log_coeffs) return fn.template operator()<MixedBFloat16>();
+  if (s.values == DType::kFloat32 && s.coeffs == DType::kFloat32 && s.log_coeffs) return fn.template operator()<LogCoeffs<float>>();
+  if (s.values == DType::kFloat16 && s.coeffs == DType::kFloat16 && s.log_coeffs) return fn.template operator()<LogCoeffs<__half>>();
+  if (s.values == DType::kBFloat16 && s.coeffs == DType::kBFloat16 && s.log_coeffs) return fn.template operator()<LogCoeffs<__nv_bfloat16>>();
+  if (s.values == DType::kFloat16 && s.coeffs == DType::kFloat32 && s.log_coeffs) return fn.template operator()<LogCoeffs<MixedHalf>>();
+  if (s.values == DType::kBFloat16 && s.coeffs == DType::kFloat32 && s.log_coeffs) return fn.template operator()<LogCoeffs<MixedBFloat16>>();
+  if (s.values == DType::kComplex64 && s.coeffs == DType::kComplex64 && !s.log_coeffs) return fn.template operator()<ComplexFloat>();
+  if (s.values == DType::kComplex128 && s.coeffs == DType::kComplex128 && !s.log_coeffs) return fn.template operator()<ComplexDouble>();
+  throw std::invalid_argument("linrec: no CUDA kernels for this storage");
 }
 
 // Calls fn.template operator()<K>() with the family `kind` names (not kAuto).

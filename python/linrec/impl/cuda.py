@@ -1,6 +1,6 @@
 """The compiled CUDA kernels, one function per kernel family of csrc/registry.toml.
 
-Each `linrec_<family>` has the signature of linrec.linrec; the families that take a
+Each `linrec_<family>` has the signature of linrec.linrec (without cu_seqlens); the families that take a
 compiled TileConfig also take it as keyword arguments (elems_per_thread,
 threads_per_block, memcode, algocode; see linrec.compiled_configs(family, dtype)). The
 config reaches the op as plain ints, so torch.compile traces these calls like any other.
@@ -19,6 +19,7 @@ import torch
 from .. import compiled_configs
 from .._args import normalize
 from .._autograd import call_compiled
+from .._dispatch import log_or_exp
 from .._registry import FAMILIES, STORAGES
 
 _COMPLEX_FAMILIES = frozenset(name for name, f in FAMILIES.items()
@@ -62,20 +63,22 @@ def _family_function(kernel: str, family) -> Callable[..., torch.Tensor]:
     complex_ok = kernel in _COMPLEX_FAMILIES
 
     def run(inputs: torch.Tensor, coeffs: torch.Tensor | float | complex, reverse: bool = False, *, dim: int = -1,
-            initial: torch.Tensor | float | complex | None = None, **config: int) -> torch.Tensor:
+            initial: torch.Tensor | float | complex | None = None, log_coeffs: bool = False,
+            **config: int) -> torch.Tensor:
         inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse, complex_ok=complex_ok)
         _check_cuda(inputs)
+        coeffs, log_coeffs = log_or_exp(inputs, coeffs, log_coeffs is True)
         if not family.has_configs:
             if config:
                 raise TypeError(f"linrec_{kernel} takes no config, got {', '.join(config)}")
-            return call_compiled(inputs, coeffs, initial, dim, reverse, family.id)
+            return call_compiled(inputs, coeffs, initial, dim, reverse, family.id, log_coeffs=log_coeffs)
         defaults = dict(zip(_CONFIG_ARGS, family.default_config))
         unknown = set(config) - set(defaults)
         if unknown:
             raise TypeError(f"linrec_{kernel} got unexpected arguments {', '.join(sorted(unknown))}")
         values = tuple({**defaults, **config}[name] for name in _CONFIG_ARGS)
         _check_config(kernel, inputs, dim, values)
-        return call_compiled(inputs, coeffs, initial, dim, reverse, family.id, *values)
+        return call_compiled(inputs, coeffs, initial, dim, reverse, family.id, *values, log_coeffs=log_coeffs)
 
     run.__name__ = run.__qualname__ = f"linrec_{kernel}"
     takes = (f" Config keywords and defaults: {dict(zip(_CONFIG_ARGS, family.default_config))}."

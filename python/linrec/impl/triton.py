@@ -16,7 +16,9 @@ coefficients and any `dim` run without copies. The backward is one fused kernel
 (reads d_outputs, coeffs, outputs; writes d_inputs, d_coeffs): the same scan
 against the forward direction over d_outputs, with the coefficients one forward
 step later, then d_coeffs = d_inputs * (outputs one forward step earlier).
-Arithmetic is float64 for float64 storage, float32 otherwise.
+Arithmetic is float64 for float64 storage, float32 otherwise. With LOG_COEFFS the
+coefficient tensor holds log c: each load takes exp, and d_coeffs is that of log c,
+c * d_coeffs (c loaded once more, at the step itself).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from torch.library import triton_op, wrap_triton
 
 from .._args import normalize
 from .._autograd import backward_by_scans, refuse_torch_func
+from .._dispatch import log_or_exp
 
 MAX_TILE = 16384
 
@@ -60,7 +63,7 @@ def _seq_base(pid, n_inner, s_outer, s_inner):
 def _fwd_kernel(x_ptr, c_ptr, y_ptr, h0_ptr, L, n_inner,
                 sx0, sx1, sxl, sc0, sc1, scl, sy0, sy1, syl, sh0, sh1,
                 HAS_INITIAL: tl.constexpr, REVERSE: tl.constexpr, BLOCK: tl.constexpr,
-                PIPE: tl.constexpr):
+                PIPE: tl.constexpr, LOG_COEFFS: tl.constexpr):
     pid = tl.program_id(0)
     x_ptr += _seq_base(pid, n_inner, sx0, sx1)
     c_ptr += _seq_base(pid, n_inner, sc0, sc1)
@@ -75,7 +78,9 @@ def _fwd_kernel(x_ptr, c_ptr, y_ptr, h0_ptr, L, n_inner,
         mask = i < L
         l = (L - 1 - i if REVERSE else i).to(tl.int64)
         x = _widen(tl.load(x_ptr + l * sxl, mask=mask, other=0.0))
-        c = _widen(tl.load(c_ptr + l * scl, mask=mask, other=1.0))
+        c = _widen(tl.load(c_ptr + l * scl, mask=mask, other=0.0 if LOG_COEFFS else 1.0))
+        if LOG_COEFFS:  # coeffs holds log c (exp(0) = 1 past the end)
+            c = tl.exp(c)
         cum_c, y = tl.associative_scan((c, x), axis=0, combine_fn=_combine)
         y = y + cum_c * carry
         tl.store(y_ptr + l * syl, y.to(y_ptr.dtype.element_ty), mask=mask)
@@ -87,7 +92,7 @@ def _bwd_kernel(dy_ptr, c_ptr, y_ptr, h0_ptr, dx_ptr, dc_ptr, dh0_ptr, L, n_inne
                 sg0, sg1, sgl, sc0, sc1, scl, sy0, sy1, syl, sh0, sh1,
                 sdx0, sdx1, sdxl, sdc0, sdc1, sdcl, sdh0, sdh1,
                 HAS_INITIAL: tl.constexpr, REVERSE: tl.constexpr, BLOCK: tl.constexpr,
-                PIPE: tl.constexpr):
+                PIPE: tl.constexpr, LOG_COEFFS: tl.constexpr):
     pid = tl.program_id(0)
     dy_ptr += _seq_base(pid, n_inner, sg0, sg1)
     c_ptr += _seq_base(pid, n_inner, sc0, sc1)
@@ -110,6 +115,8 @@ def _bwd_kernel(dy_ptr, c_ptr, y_ptr, h0_ptr, dx_ptr, dc_ptr, dh0_ptr, L, n_inne
         nxt_ok = mask & (nxt >= 0) & (nxt < L)
         g = _widen(tl.load(dy_ptr + l * sgl, mask=mask, other=0.0))
         c_next = _widen(tl.load(c_ptr + nxt * scl, mask=nxt_ok, other=0.0))
+        if LOG_COEFFS:
+            c_next = tl.where(nxt_ok, tl.exp(c_next), 0.0)
         c_next = tl.where(mask, c_next, 1.0)
         cum_c, dx = tl.associative_scan((c_next, g), axis=0, combine_fn=_combine)
         dx = dx + cum_c * carry
@@ -118,11 +125,16 @@ def _bwd_kernel(dy_ptr, c_ptr, y_ptr, h0_ptr, dx_ptr, dc_ptr, dh0_ptr, L, n_inne
         y_prev = _widen(tl.load(y_ptr + prv * syl, mask=prv_ok, other=0.0))
         y_prev = tl.where(prv_ok, y_prev, initial)
         tl.store(dx_ptr + l * sdxl, dx.to(dx_ptr.dtype.element_ty), mask=mask)
-        tl.store(dc_ptr + l * sdcl, (dx * y_prev).to(dc_ptr.dtype.element_ty), mask=mask)
+        dc = dx * y_prev
+        if LOG_COEFFS:  # the gradient of log c: times c
+            dc = dc * tl.exp(_widen(tl.load(c_ptr + l * scl, mask=mask, other=0.0)))
+        tl.store(dc_ptr + l * sdcl, dc.to(dc_ptr.dtype.element_ty), mask=mask)
         carry = tl.sum(tl.where(offs == BLOCK - 1, dx, 0.0), axis=0, keep_dims=True)
     # After the last block the carry is d_inputs at the forward direction's first step.
     first = (L - 1 if REVERSE else 0) + zero
     c_first = _widen(tl.load(c_ptr + first.to(tl.int64) * scl, mask=first >= 0, other=0.0))
+    if LOG_COEFFS:
+        c_first = tl.where(first >= 0, tl.exp(c_first), 0.0)
     tl.store(dh0_ptr + _seq_base(pid, n_inner, sdh0, sdh1) + zero, (carry * c_first).to(dh0_ptr.dtype.element_ty))
 
 
@@ -173,7 +185,7 @@ def _check_tile_length(L):
 
 @triton_op("linrec::triton_fwd", mutates_args={})
 def triton_fwd(inputs: torch.Tensor, coeffs: torch.Tensor, initial: torch.Tensor | None, dim: int,
-               reverse: bool, pipe: bool) -> torch.Tensor:
+               reverse: bool, pipe: bool, log_coeffs: bool = False) -> torch.Tensor:
     outputs = torch.empty_like(inputs)
     L = inputs.shape[dim]
     if inputs.numel() == 0:
@@ -182,7 +194,7 @@ def triton_fwd(inputs: torch.Tensor, coeffs: torch.Tensor, initial: torch.Tensor
     h0 = _seq_view(initial, dim, state=True)[0] if initial is not None else x[:, :, 0]
     n = x.shape[0] * x.shape[1]
     args = (x, c, y, h0, L, x.shape[1], *_strides((x, c, y), 3), *_strides((h0,), 2))
-    flags = dict(HAS_INITIAL=initial is not None, REVERSE=reverse)
+    flags = dict(HAS_INITIAL=initial is not None, REVERSE=reverse, LOG_COEFFS=log_coeffs)
     _launch(_fwd_kernel, _fwd_autotuned, n, L, pipe, args, flags)
     _write_back([(outputs.movedim(dim, -1), y, y_is_view)])
     return outputs
@@ -201,7 +213,8 @@ def _bwd_outputs(d_outputs: torch.Tensor, dim: int, coeffs_dtype: torch.dtype):
 
 @triton_op("linrec::triton_bwd", mutates_args={})
 def triton_bwd(d_outputs: torch.Tensor, coeffs: torch.Tensor, outputs: torch.Tensor, initial: torch.Tensor | None,
-               dim: int, reverse: bool, pipe: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+               dim: int, reverse: bool, pipe: bool, log_coeffs: bool = False
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     d_inputs, d_coeffs, d_initial, nothing_to_scan = _bwd_outputs(d_outputs, dim, coeffs.dtype)
     if nothing_to_scan:
         return d_inputs, d_coeffs, d_initial
@@ -213,7 +226,7 @@ def triton_bwd(d_outputs: torch.Tensor, coeffs: torch.Tensor, outputs: torch.Ten
     n = g.shape[0] * g.shape[1]
     args = (g, c, y, h0, dx, dc, dh0, L, g.shape[1], *_strides((g, c, y), 3), *_strides((h0,), 2),
             *_strides((dx, dc), 3), *_strides((dh0,), 2))
-    flags = dict(HAS_INITIAL=initial is not None, REVERSE=reverse)
+    flags = dict(HAS_INITIAL=initial is not None, REVERSE=reverse, LOG_COEFFS=log_coeffs)
     _launch(_bwd_kernel, _bwd_autotuned, n, L, pipe, args, flags)
     _write_back([(d_inputs.movedim(dim, -1), dx, dx_is_view), (d_coeffs.movedim(dim, -1), dc, dc_is_view),
                  (d_initial, dh0, dh0_is_view)])
@@ -221,8 +234,8 @@ def triton_bwd(d_outputs: torch.Tensor, coeffs: torch.Tensor, outputs: torch.Ten
 
 
 def _setup_context(ctx, inputs, output):
-    _, coeffs, initial, dim, reverse, pipe = inputs
-    ctx.config = (dim, reverse, pipe)
+    _, coeffs, initial, dim, reverse, pipe, log_coeffs = inputs
+    ctx.config = (dim, reverse, pipe, log_coeffs)
     ctx.has_initial = initial is not None
     ctx.save_for_backward(coeffs, output, initial)
 
@@ -230,30 +243,32 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, d_outputs):
     coeffs, outputs, initial = ctx.saved_tensors
     if torch.is_grad_enabled():  # create_graph=True: a backward autograd can differentiate again
-        dim, _, pipe = ctx.config
+        dim, reverse, pipe, log_coeffs = ctx.config
         d_inputs, d_coeffs, d_initial = backward_by_scans(
             lambda x, c, d, r: triton_fwd(x, c, None, d, r, pipe), d_outputs, coeffs, outputs, initial,
-            dim % outputs.dim(), ctx.config[1])
+            dim % outputs.dim(), reverse, log_coeffs)
     else:
         d_inputs, d_coeffs, d_initial = triton_bwd(d_outputs, coeffs, outputs, initial, *ctx.config)
-    return d_inputs, d_coeffs, (d_initial if ctx.has_initial else None), None, None, None
+    return d_inputs, d_coeffs, (d_initial if ctx.has_initial else None), None, None, None, None
 
 
 triton_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
 def linrec_tile(inputs: torch.Tensor, coeffs: torch.Tensor | float, reverse: bool = False, *, dim: int = -1,
-                initial: torch.Tensor | float | None = None) -> torch.Tensor:
+                initial: torch.Tensor | float | None = None, log_coeffs: bool = False) -> torch.Tensor:
     """linrec with one Triton program per sequence, the whole sequence in one block (<= MAX_TILE)."""
     inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse)
     _check_tile_length(inputs.shape[dim])
     refuse_torch_func("linrec.impl.triton")
-    return triton_fwd(inputs, coeffs, initial, dim, bool(reverse), False)
+    coeffs, log_coeffs = log_or_exp(inputs, coeffs, log_coeffs is True)
+    return triton_fwd(inputs, coeffs, initial, dim, bool(reverse), False, log_coeffs)
 
 
 def linrec_pipe(inputs: torch.Tensor, coeffs: torch.Tensor | float, reverse: bool = False, *, dim: int = -1,
-                initial: torch.Tensor | float | None = None) -> torch.Tensor:
+                initial: torch.Tensor | float | None = None, log_coeffs: bool = False) -> torch.Tensor:
     """linrec with one Triton program per sequence, walking it in blocks with a carry: any length."""
     inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse)
     refuse_torch_func("linrec.impl.triton")
-    return triton_fwd(inputs, coeffs, initial, dim, bool(reverse), True)
+    coeffs, log_coeffs = log_or_exp(inputs, coeffs, log_coeffs is True)
+    return triton_fwd(inputs, coeffs, initial, dim, bool(reverse), True, log_coeffs)
