@@ -381,4 +381,24 @@ __device__ __forceinline__ void shift_segment(Acc (&v)[E], int width, int64_t le
   }
 }
 
+// Packed sequences (cu_seqlens): cuts[l] != 0 where a segment begins in scan order, l a
+// position along the scan dim (the same for every sequence). The recurrence is cut there: the
+// coefficient at l reads as 0, in the forward and in the backward (whose scan takes each
+// coefficient one forward step later), and its gradient is 0 (the coefficient is not used).
+// The state entering a segment comes in through the inputs (linrec/_segments.py).
+struct CutAt {
+  const uint8_t* cuts;
+  int64_t len;
+  __device__ __forceinline__ bool operator()(int64_t l) const { return cuts != nullptr && l >= 0 && l < len && cuts[l]; }
+};
+
+// Zeroes v[i] where position first + i is cut (a no-op without cuts).
+template <int E, typename Acc>
+__device__ __forceinline__ void zero_cut(Acc (&v)[E], CutAt cut, int64_t first) {
+  if (cut.cuts == nullptr) return;
+#pragma unroll
+  for (int i = 0; i < E; ++i)
+    if (cut(first + i)) v[i] = Acc(0);
+}
+
 }  // namespace linrec

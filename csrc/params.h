@@ -104,6 +104,7 @@ struct ForwardParams {
   const void* coeffs = nullptr;
   const void* initial = nullptr;  // nullptr: the state starts at zero
   void* outputs = nullptr;
+  const uint8_t* cuts = nullptr;    // nullptr: no cut (see CutAt in memio.h)
   void* chain_workspace = nullptr;  // chained and strided kernels: cleared by the launch, see lookback.cuh
   ChainSchedule chain_schedule;     // chained kernels only: see lookback.cuh
 };
@@ -120,6 +121,7 @@ struct BackwardParams {
   void* d_inputs = nullptr;
   void* d_coeffs = nullptr;
   void* d_initial = nullptr;
+  const uint8_t* cuts = nullptr;  // as ForwardParams'
   void* chain_workspace = nullptr;  // chained and strided kernels: cleared by the launch, see lookback.cuh
   ChainSchedule chain_schedule;     // chained kernels only: see lookback.cuh
 };

@@ -14,6 +14,8 @@
 #     shapes     python -m tools shape-sweep $SHAPE_ARGS (the rule against torch.add between the
 #                bench's cases; SHAPE_ARGS="--min-log 40" for its layouts alone)
 #     bench      python -m linrec.bench (table, JSON, PNG)
+#     before     python -m linrec.bench under $BEFORE_WHEEL, each of the ';'-separated $BEFORE_ARGS
+#                (JSON before_N.json), then the wheel under test again: a same-run baseline
 #     models     python -m tools models-bench (linrec.models against torch.nn.LSTM)
 #     complex    python -m tools complex-bench (complex64 recurrences beside float32 and torch.add)
 #     grid       python -m tools throughput-grid (Martin & Cundy's training-throughput grid, JSON and PNG)
@@ -25,7 +27,7 @@
 #     selective-configs  python -m tools selective-configs (each compiled selective-scan config's time)
 #     selective-ncu  Nsight Compute sections of the first selective_scan_fwd and _bwd kernels at
 #                $NCU_SHAPE (default 8 3072 16 2048, bf16) and config $NCU_CONFIG (default 8 4)
-# Env: LINREC_WHEEL (install this wheel with --no-deps instead of building), MAMBA_SDIST,
+# Env: LINREC_WHEEL (install this wheel with --no-deps instead of building), BEFORE_WHEEL, BEFORE_ARGS, MAMBA_SDIST,
 #      TORCH_CUDA_ARCH_LIST (default 9.0 when building), TESTS, TEST_FILES, PYTEST_ARGS, BENCH_ARGS,
 #      TUNE_ARGS, SWEEP_ARGS, SELECTIVE_ARGS, WEAK_ARGS, TEST_TIMEOUT (seconds, default 900).
 set -uo pipefail
@@ -85,6 +87,19 @@ for step in $steps; do
     bench)  # eval: BENCH_ARGS may quote an argument, e.g. --only ' x 2^2'
       eval "python3 -m linrec.bench --json \"\$out/bench.json\" --png \"\$out/bench.png\" ${BENCH_ARGS:-}" 2>&1 |
         tee "$out/bench.txt" | tail -150 ;;
+    before)
+      python3 -m pip install --no-deps --force-reinstall "$BEFORE_WHEEL" > "$out/install_before.log" 2>&1 &&
+        n=0 && IFS=';' read -ra runs <<< "${BEFORE_ARGS:-}" &&
+        for args in "${runs[@]}"; do
+          n=$((n + 1))
+          eval "python3 -m linrec.bench --json \"\$out/before_$n.json\" $args" 2>&1 | tee -a "$out/before.txt" | tail -40
+        done
+      if [ -n "${LINREC_WHEEL:-}" ]; then
+        python3 -m pip install --no-deps --force-reinstall "$LINREC_WHEEL" >> "$out/install_before.log" 2>&1
+      else
+        python3 -m pip install --no-build-isolation --no-deps "$repo" >> "$out/install_before.log" 2>&1
+      fi
+      echo "before: done, the wheel under test reinstalled (exit $?)" ;;
     models) run_tool models-bench --json "$out/models.json" 2>&1 | tee "$out/models.txt" ;;
     complex) run_tool complex-bench --json "$out/complex.json" 2>&1 | tee "$out/complex.txt" ;;
     grid) run_tool throughput-grid --json "$out/grid.json" --png "$out/grid.png" 2>&1 | tee "$out/grid.txt" | tail -5 ;;

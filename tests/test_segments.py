@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import linrec
-from reference import reference, rel_error
+from reference import reference, reference_with_grads, rel_error
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -192,3 +192,121 @@ def test_no_segments_and_one_segment_agree():
     one = linrec.linrec(x, c, initial=h.unsqueeze(1), cu_seqlens=torch.tensor([0, 17]))
     assert rel_error(one, linrec.linrec(x, c, initial=h)) < 1e-14
     assert math.isclose(rel_error(one, reference(x, c, initial=h)), 0, abs_tol=1e-12)
+
+
+def segments_reference_with_grads(x, c, dy, reverse, dim, cu):
+    """Outputs and (d_inputs, d_coeffs) of independent segments from zero states, float64: the
+    ops' contract for `cuts` (the coefficient at a segment's first step is not used: gradient 0)."""
+    bounds = cu.tolist()
+    outs = [[], [], []]
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        if a == b:
+            continue
+        y, dx, dc, _ = reference_with_grads(*(t.narrow(dim, a, b - a) for t in (x, c, dy)), reverse, dim)
+        for out, t in zip(outs, (y, dx, dc)):
+            out.append(t)
+    return [torch.cat(out, dim) for out in outs]
+
+
+def cuts_of(cu, length, reverse, device):
+    """The ops' cuts for cu_seqlens: a flag at each nonempty segment's first step in scan order."""
+    cuts = torch.zeros(length, dtype=torch.bool, device=device)
+    for a, b in zip(cu.tolist()[:-1], cu.tolist()[1:]):
+        if b > a:
+            cuts[b - 1 if reverse else a] = True
+    return cuts
+
+
+def check_ops_with_cuts(fwd, bwd, shape, dim, values, coeffs, reverse, segments, tol, device, seed=0):
+    """fwd(x, c, cuts) and bwd(dy, c, y, cuts) against the segments' float64 loops; outputs poisoned."""
+    rng = random.Random(seed)
+    x = torch.randn(shape).to(device=device, dtype=values)
+    c = (torch.rand(shape) * 0.3 + 0.7).to(device=device, dtype=coeffs)
+    dy = torch.randn(shape).to(device=device, dtype=values)
+    cu = random_cu_seqlens(shape[dim], segments, rng)
+    cuts = cuts_of(cu, shape[dim], reverse, device)
+    if device == "cuda":
+        blocks = [torch.full((4 * x.numel(),), float("nan"), device=device) for _ in range(6)]
+        del blocks
+    y = fwd(x, c, cuts)
+    d_inputs, d_coeffs = bwd(dy, c, y, cuts)[:2]
+    want = segments_reference_with_grads(*(t.cpu().double() for t in (x, c, dy)), reverse, dim, cu)
+    for got, ref in zip((y, d_inputs, d_coeffs), want):
+        assert rel_error(got.cpu(), ref) < tol
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_cpu_op_takes_cuts(reverse, dim):
+    """The CPU kernel's cuts, rows and channel-last, float32 and bfloat16 beside float32."""
+    for values, coeffs, tol in ((torch.float32, torch.float32, 1e-5), (torch.bfloat16, torch.float32, 2e-2)):
+        check_ops_with_cuts(
+            lambda x, c, cuts: torch.ops.linrec.linrec_fwd(x, c, None, dim, reverse, 0, 0, 0, 0, 3, cuts=cuts),
+            lambda g, c, y, cuts: torch.ops.linrec.linrec_bwd(g, c, y, None, dim, reverse, 0, 0, 0, 0, 3, cuts=cuts),
+            (61, 7) if dim == 0 else (7, 61), dim, values, coeffs, reverse, 9, tol, "cpu")
+
+
+def test_op_refuses_bad_cuts():
+    x, c = torch.randn(3, 10), torch.rand(3, 10)
+    args = (None, -1, 0, 0, 0, 0, 0, 3)
+    with pytest.raises(RuntimeError, match="cuts must be 1-D, one element a step: 10"):
+        torch.ops.linrec.linrec_fwd(x, c, *args, cuts=torch.zeros(9, dtype=torch.bool))
+    with pytest.raises(RuntimeError, match="cuts must be a bool or uint8 tensor"):
+        torch.ops.linrec.linrec_fwd(x, c, *args, cuts=torch.zeros(10))
+    with pytest.raises(RuntimeError, match="cuts and initial exclude each other"):
+        torch.ops.linrec.linrec_fwd(x, c, torch.zeros(3), *args[1:], cuts=torch.zeros(10, dtype=torch.bool))
+
+
+def test_opcheck_with_cuts():
+    x, c = torch.randn(2, 3, 19), torch.rand(2, 3, 19)
+    cuts = cuts_of(torch.tensor([0, 5, 5, 19]), 19, True, "cpu")
+    torch.library.opcheck(torch.ops.linrec.linrec_fwd, (x, c, None, -1, 1, 0, 0, 0, 0, 3), {"cuts": cuts})
+    y = torch.ops.linrec.linrec_fwd(x, c, None, -1, 1, 0, 0, 0, 0, 3, cuts=cuts)
+    torch.library.opcheck(torch.ops.linrec.linrec_bwd, (torch.randn_like(x), c, y, None, -1, 1, 0, 0, 0, 0, 3),
+                          {"cuts": cuts})
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the GPU test below runs Triton on CUDA tensors")
+@pytest.mark.parametrize("reverse", [False, True])
+def test_triton_cuts_interpreted(reverse):
+    """Triton's kernels with HAS_CUTS, in Triton's interpreter on CPU tensors (conftest.py)."""
+    pytest.importorskip("linrec.impl.triton")
+    check_ops_with_cuts(lambda x, c, cuts: torch.ops.linrec.triton_fwd(x, c, None, 1, reverse, True, False, cuts),
+                        lambda g, c, y, cuts: torch.ops.linrec.triton_bwd(g, c, y, None, 1, reverse, True, False, cuts),
+                        (3, 45), 1, torch.float32, torch.float32, reverse, 6, 1e-5, "cpu")
+
+
+# Each CUDA family with cuts: (family, config or None for its default, shape, dim, segments); the
+# chained and strided kernels in registers and staged, their tiles and chunks cut inside and across.
+CUT_CASES = [("ref", None, (5, 300), 1, 7), ("tile", None, (5, 2000), 1, 30), ("pipe", None, (3, 9001), 1, 40),
+             ("chained", None, (1, 70001), 1, 50), ("chained", (16, 128, 3, 3), (1, 70001), 1, 50),
+             ("strided", None, (3001, 40), 0, 60), ("strided", None, (3001, 64), 0, 60),
+             ("strided", (8, 128, 0, 3), (3001, 64), 0, 60), ("packed", None, (100, 77), 1, 9)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("storage", ["float32", "bfloat16", "bfloat16+float32", "log float32", "log bfloat16"])
+def test_gpu_families_take_cuts(reverse, storage):
+    from linrec._registry import FAMILIES
+
+    log = storage.startswith("log ")
+    values, _, coeffs = storage.removeprefix("log ").partition("+")
+    values, coeffs = getattr(torch, values), getattr(torch, coeffs or values)
+    tol = 1e-5 if values == torch.float32 else 2e-2
+    for family, config, shape, dim, segments in CUT_CASES:
+        f = FAMILIES[family]
+        kernel = (f.id, *(config or f.default_config or (0, 0, 0, 3)))
+        take = (lambda c: c.log()) if log else (lambda c: c)
+
+        def fwd(x, c, cuts):
+            return torch.ops.linrec.linrec_fwd(x, take(c), None, dim, reverse, *kernel, log, cuts)
+
+        def bwd(g, c, y, cuts):
+            dx, dc, _ = torch.ops.linrec.linrec_bwd(g, take(c), y, None, dim, reverse, *kernel, log, cuts)
+            return dx, dc / c if log else dc  # the gradient of log c is c times that of c
+
+        check_ops_with_cuts(fwd, bwd, shape, dim, values, coeffs, reverse, segments, tol, "cuda")
+    check_ops_with_cuts(lambda x, c, cuts: torch.ops.linrec.triton_fwd(x, c, None, 1, reverse, True, False, cuts),
+                        lambda g, c, y, cuts: torch.ops.linrec.triton_bwd(g, c, y, None, 1, reverse, True, False, cuts),
+                        (3, 9001), 1, values, coeffs, reverse, 40, tol, "cuda")

@@ -126,16 +126,18 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from linrec.impl import triton as impl
-for kernel, pointers in (("_fwd_kernel", 4), ("_bwd_kernel", 7)):
+for kernel, pointers in (("_fwd_kernel", 5), ("_bwd_kernel", 8)):
     fn = getattr(impl, kernel)
-    for dtype in ("fp32", "fp64", "bf16", "fp16"):
+    for dtype, options in (("fp32", False), ("fp32", True), ("fp64", False), ("bf16", True), ("fp16", True)):
         signature, constexprs = {}, {}
         for i, name in enumerate(fn.arg_names):
-            if i < pointers:
+            if name == "cuts_ptr":
+                signature[name] = "*u8"
+            elif i < pointers:
                 signature[name] = "*" + dtype
-            elif name in ("HAS_INITIAL", "REVERSE", "PIPE", "BLOCK"):
+            elif name in ("HAS_INITIAL", "REVERSE", "PIPE", "BLOCK", "LOG_COEFFS", "HAS_CUTS"):
                 signature[name] = "constexpr"
-                constexprs[(i,)] = 256 if name == "BLOCK" else True
+                constexprs[(i,)] = 256 if name == "BLOCK" else options if name in ("LOG_COEFFS", "HAS_CUTS") else True
             else:
                 signature[name] = "i64"
         compiled = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs),
@@ -147,7 +149,7 @@ print("compiled")
 
 def test_kernels_compile_for_sm90():
     """The real Triton compiler (which the interpreter is not) accepts the kernels for every
-    dtype; no GPU needed. Runs in a subprocess because the interpreter is chosen at import."""
+    dtype, with and without log-coefficients and cuts; no GPU needed. Runs in a subprocess because the interpreter is chosen at import."""
     import subprocess
     import sys
 

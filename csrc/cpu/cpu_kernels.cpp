@@ -118,6 +118,12 @@ inline int64_t lane_offset(const SeqRun<kTensors>& r, int t, int k) {
   return kLanes == kNeighbourLanes ? k : k * r.lane_stride[t];
 }
 
+// Whether scan step i is cut (packed sequences: params.h, CutAt in memio.h).
+template <typename Params>
+inline bool is_cut(const Params& p, int64_t i) {
+  return p.cuts != nullptr && p.cuts[p.reverse ? p.seq_len - 1 - i : i];
+}
+
 constexpr bool kFwdHasSteps[kNumFwdSlots] = {true, true, true, false};  // by FwdSlot
 
 // y[l] = c[l] * y[l-1] + x[l] along each lane's sequence; kLanes as in for_each_run.
@@ -137,8 +143,10 @@ void fwd_run(const ForwardParams& p, const SeqRun<kNumFwdSlots>& r) {
     const T* __restrict__ xs = x + r.first[kFwdInputs] + i * r.step[kFwdInputs];
     const Tc* __restrict__ cs = c + r.first[kFwdCoeffs] + i * r.step[kFwdCoeffs];
     T* __restrict__ ys = y + r.first[kFwdOutputs] + i * r.step[kFwdOutputs];
+    const bool cut = is_cut(p, i);
     for (int k = 0; k < lanes; ++k) {
-      state[k] = coeff_value<Acc>(cs[lane(kFwdCoeffs, k)]) * state[k] + static_cast<Acc>(xs[lane(kFwdInputs, k)]);
+      const Acc coeff = cut ? Acc(0) : coeff_value<Acc>(cs[lane(kFwdCoeffs, k)]);
+      state[k] = coeff * state[k] + static_cast<Acc>(xs[lane(kFwdInputs, k)]);
       ys[lane(kFwdOutputs, k)] = static_cast<T>(state[k]);
     }
   }
@@ -180,11 +188,12 @@ void bwd_run(const BackwardParams& p, const SeqRun<kNumBwdSlots>& r) {
     const Tc* __restrict__ cs = c + at(kBwdCoeffs, i);
     T* __restrict__ dxs = dx + at(kBwdDInputs, i);
     Tc* __restrict__ dcs = dc + at(kBwdDCoeffs, i);
+    const bool cut = is_cut(p, i);
     for (int k = 0; k < lanes; ++k) {
-      const Acc coeff = coeff_value<Acc>(cs[lane(kBwdCoeffs, k)]);
+      const Acc coeff = cut ? Acc(0) : coeff_value<Acc>(cs[lane(kBwdCoeffs, k)]);
       grad[k] = next_coeff[k] * grad[k] + static_cast<Acc>(dys[lane(kBwdDOutputs, k)]);
       dxs[lane(kBwdDInputs, k)] = static_cast<T>(grad[k]);
-      dcs[lane(kBwdDCoeffs, k)] = CoeffGrad<Tc, Acc>::of(grad[k] * conj(prev_out(k)), coeff);
+      dcs[lane(kBwdDCoeffs, k)] = CoeffGrad<Tc, Acc>::of(cut ? Acc(0) : grad[k] * conj(prev_out(k)), coeff);
       next_coeff[k] = conj(coeff);
     }
   };

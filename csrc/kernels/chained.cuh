@@ -222,16 +222,18 @@ __global__ void __launch_bounds__(NT) chained_kernel(const Params p) {
   load_tile<C.memcode>(vs, b.values, es[B::kV], b.start, b.len, Acc(0), smem);
   load_tile<C.memcode>(cs, b.c, es[B::kC], b.start, b.len, Acc(1), smem);
 
+  const CutAt cut{p.cuts, b.len};
   if constexpr (!kBackward) {
+    zero_cut(cs, cut, b.start + static_cast<int64_t>(threadIdx.x) * E);
     scan_chained_tile<E, NT>(vs, cs, b.rev, storage, b, b.initial);
     store_tile<C.memcode>(static_cast<T*>(p.outputs) + b.off[kFwdOutputs], es[kFwdOutputs], vs, b.start, b.len, smem);
   } else {
-    const Acc first_coeff = shift_bwd_coeffs(cs, b.c, es[B::kC], b.start, b.len, p.reverse);
+    const Acc first_coeff = shift_bwd_coeffs(cs, b.c, es[B::kC], cut, b.start, b.len, p.reverse);
     scan_chained_tile<E, NT>(vs, cs, b.rev, storage, b, Acc(0));
     store_tile<C.memcode>(static_cast<T*>(p.d_inputs) + b.off[kBwdDInputs], es[kBwdDInputs], vs, b.start, b.len, smem);
     store_bwd_coeffs<C.memcode>(vs, static_cast<const T*>(p.outputs) + b.off[kBwdOutputs], es[kBwdOutputs],
                                 static_cast<Tc*>(p.d_coeffs) + b.off[kBwdDCoeffs], es[kBwdDCoeffs], b.c, es[B::kC],
-                                b.start, b.len, p.reverse, b.initial, first_coeff, static_cast<T*>(p.d_initial) + b.off[kBwdDInitial],
+                                cut, b.start, b.len, p.reverse, b.initial, first_coeff, static_cast<T*>(p.d_initial) + b.off[kBwdDInitial],
                                 smem);
   }
 }
@@ -268,6 +270,7 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
   wait_for_prior_grid();
   const B b = chained_block<S, kTileLen, kBackward>(p);
   const auto& es = p.index.elem_strides;
+  const CutAt cut{p.cuts, b.len};
   unsigned char* tile_v = staged;
   unsigned char* tile_c = staged + kTileBytes;
 
@@ -287,7 +290,7 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
     if (threadIdx.x == 0) {
       const int64_t after = p.reverse ? b.start - 1 : b.start + kTileLen;  // next() of the tile's last element
       const int64_t before = p.reverse ? b.start + kTileLen : b.start - 1;  // prev() of its first
-      edge_c = after >= 0 && after < b.len ? conj(to_acc<Acc>(b.c[after * es[B::kC]])) : Acc(0);
+      edge_c = after >= 0 && after < b.len && !cut(after) ? conj(to_acc<Acc>(b.c[after * es[B::kC]])) : Acc(0);
       edge_y = before >= 0 && before < b.len ? to_acc<Acc>(y[before * es[kBwdOutputs]]) : b.initial;
     }
   }
@@ -317,6 +320,7 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
       for (int i = 0; i < kCoeffsPerWord; ++i)
         a[w * kCoeffsPerWord + i] = kBackward ? conj(to_acc<Acc>(cs[i])) : to_acc<Acc>(cs[i]);
     }
+    zero_cut(a, cut, b.start + row + j * kChunk);
   };
   // The backward scan's coefficient at l is coeffs[next(l)], and next(l) is
   // the element it visits just before l: the walk passes each coefficient on
@@ -327,7 +331,7 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
   Acc row_entry_c = Acc(0);
   if constexpr (kBackward) {
     const int next = p.reverse ? row - 1 : row + E;
-    if (b.start + next >= 0 && b.start + next < b.len)
+    if (b.start + next >= 0 && b.start + next < b.len && !cut(b.start + next))
       row_entry_c = next >= 0 && next < kTileLen ? conj(to_acc<Acc>(staged_at<Tc, E>(tile_c, next))) : edge_c;
   }
   auto chunk_values = [&](int j, Acc (&x)[kChunk]) {
@@ -437,7 +441,7 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
           Acc grad = to_acc<Acc>(g[i]) * conj(b.start + e0 + i == first ? b.initial : yp[i]);
           // Log storage: the coefficients' tile is gone (tile_y took its place); read again from L2.
           if constexpr (kIsLog<Tc>) grad = coeff_grad<Tc>(grad, to_acc<Acc>(b.c[(b.start + e0 + i) * es[B::kC]]));
-          reinterpret_cast<Tc*>(out)[i] = from_acc<Tc>(grad);
+          reinterpret_cast<Tc*>(out)[i] = from_acc<Tc>(cut(b.start + e0 + i) ? Acc(0) : grad);
         }
 #pragma unroll
         for (int w = 0; w < kCoeffWords; ++w) reinterpret_cast<uint4*>(dc + b.start + e0)[w] = out[w];
@@ -449,7 +453,7 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
         const Acc g = to_acc<Acc>(staged_at<T, E>(tile_v, e));
         Acc grad = g * conj(pos == first ? b.initial : y_prev(e));
         if constexpr (kIsLog<Tc>) grad = coeff_grad<Tc>(grad, to_acc<Acc>(b.c[pos * es[B::kC]]));
-        dc[pos * es[kBwdDCoeffs]] = from_acc<Tc>(grad);
+        dc[pos * es[kBwdDCoeffs]] = from_acc<Tc>(cut(pos) ? Acc(0) : grad);
       }
     }
     if (threadIdx.x == 0 && first >= b.start && first < b.start + kTileLen)

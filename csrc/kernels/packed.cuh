@@ -101,6 +101,7 @@ __global__ void __launch_bounds__(NT) packed_fwd_kernel(const ForwardParams p) {
   Acc xs[E], cs[E];
   load_vector(xs, static_cast<const T*>(p.inputs) + off[kFwdInputs], es[kFwdInputs], first, len, Acc(0));
   load_vector(cs, static_cast<const Tc*>(p.coeffs) + off[kFwdCoeffs], es[kFwdCoeffs], first, len, Acc(1));
+  zero_cut(cs, CutAt{p.cuts, len}, first);
   const Acc initial =
       p.initial && lane.active ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kFwdInitial]]) : Acc(0);
   scan_segment(xs, cs, p.reverse, lane.width, initial);
@@ -131,7 +132,9 @@ __global__ void __launch_bounds__(NT) packed_bwd_kernel(const BackwardParams p) 
   for (int i = 0; i < E; ++i)
     if (first + i == first_step) first_coeff = conj(cs[i]);
   // d_inputs: the scan against the forward direction, conj(coeffs) one forward step later.
+  const CutAt cut{p.cuts, len};
   shift_segment(cs, lane.width, len, Acc(0), /*from_next=*/!fwd_rev);
+  zero_cut(cs, cut, first + (fwd_rev ? -1 : 1));  // cs[i] is now the coefficient at first + i +- 1
 #pragma unroll
   for (int i = 0; i < E; ++i) cs[i] = conj(cs[i]);
   scan_segment(gs, cs, !fwd_rev, lane.width, Acc(0));
@@ -151,6 +154,7 @@ __global__ void __launch_bounds__(NT) packed_bwd_kernel(const BackwardParams p) 
 #pragma unroll
     for (int i = 0; i < E; ++i) ys[i] = coeff_grad<Tc>(ys[i], cs[i]);
   }
+  zero_cut(ys, cut, first);
   store_vector(static_cast<Tc*>(p.d_coeffs) + off[kBwdDCoeffs], es[kBwdDCoeffs], ys, first, len);
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 #include <optional>
 
+#include "../memio.h"
 #include "../params.h"
 #include "instances/families.h"
 #include "primitives/dtype.cuh"
@@ -40,10 +41,12 @@ __global__ void __launch_bounds__(kRefThreadsPerBlock) ref_fwd_kernel(const Forw
   const auto& es = p.index.elem_strides;
   const int64_t len = p.seq_len;
   Acc state = p.initial ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kFwdInitial]]) : Acc(0);
+  const CutAt cut{p.cuts, len};
 #pragma unroll 4
   for (int64_t i = 0; i < len; ++i) {
     const int64_t l = p.reverse ? len - 1 - i : i;
-    state = to_acc<Acc>(c[l * es[kFwdCoeffs]]) * state + to_acc<Acc>(x[l * es[kFwdInputs]]);
+    const Acc coeff = cut(l) ? Acc(0) : to_acc<Acc>(c[l * es[kFwdCoeffs]]);
+    state = coeff * state + to_acc<Acc>(x[l * es[kFwdInputs]]);
     y[l * es[kFwdOutputs]] = from_acc<T>(state);
   }
 }
@@ -64,15 +67,17 @@ __global__ void __launch_bounds__(kRefThreadsPerBlock) ref_bwd_kernel(const Back
   const int64_t len = p.seq_len;
   const Acc initial = p.initial ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kBwdInitial]]) : Acc(0);
   Acc grad = Acc(0), next_coeff = Acc(0);  // d_inputs and conj(coeffs) one forward step later
+  const CutAt cut{p.cuts, len};
 #pragma unroll 4
   for (int64_t i = len - 1; i >= 0; --i) {
     const int64_t l = p.reverse ? len - 1 - i : i;
     const int64_t l_prev = p.reverse ? l + 1 : l - 1;
     grad = next_coeff * grad + to_acc<Acc>(dy[l * es[kBwdDOutputs]]);
     const Acc prev_out = i == 0 ? initial : to_acc<Acc>(y[l_prev * es[kBwdOutputs]]);
-    const Acc coeff = to_acc<Acc>(c[l * es[kBwdCoeffs]]);
+    const bool is_cut = cut(l);
+    const Acc coeff = is_cut ? Acc(0) : to_acc<Acc>(c[l * es[kBwdCoeffs]]);
     dx[l * es[kBwdDInputs]] = from_acc<T>(grad);
-    dc[l * es[kBwdDCoeffs]] = from_acc<Tc>(coeff_grad<Tc>(grad * conj(prev_out), coeff));
+    dc[l * es[kBwdDCoeffs]] = from_acc<Tc>(is_cut ? Acc(0) : coeff_grad<Tc>(grad * conj(prev_out), coeff));
     next_coeff = conj(coeff);
   }
   static_cast<T*>(p.d_initial)[off[kBwdDInitial]] = from_acc<T>(grad * next_coeff);

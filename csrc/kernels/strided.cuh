@@ -319,6 +319,7 @@ __global__ void __launch_bounds__(NT) strided_kernel(const Params p) {
   else v_ptr = static_cast<const T*>(p.inputs) + t.off[0][Thread::kV];
   const Tc* c_ptr = static_cast<const Tc*>(p.coeffs) + t.off[0][Thread::kC];
   const int64_t sv = es[Thread::kV], sc = es[Thread::kC];
+  const CutAt cut{p.cuts, t.len};
 
   // Step 1. The backward's coefficient at step q is coeffs one forward step
   // later, i.e. at scan step q - 1 (none before the first: its state is zero).
@@ -331,7 +332,11 @@ __global__ void __launch_bounds__(NT) strided_kernel(const Params p) {
 #pragma unroll
       for (int j = 0; j < V; ++j) v[i][j] = Acc(0), a[i][j] = Acc(1);
       if (in) load_channels<V>(v[i], v_ptr + t.pos(q) * sv);
-      if (in && cq >= 0) load_channels<V>(a[i], c_ptr + t.pos(cq) * sc);
+      if (in && cq >= 0 && !cut(t.pos(cq))) load_channels<V>(a[i], c_ptr + t.pos(cq) * sc);
+      if (in && cq >= 0 && cut(t.pos(cq))) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) a[i][j] = Acc(0);
+      }
       conj_in_backward<kBackward>(a[i]);
     }
   };
@@ -389,6 +394,10 @@ __global__ void __launch_bounds__(NT) strided_kernel(const Params p) {
         if (q < t.len) load_channels<V>(c_here, c_ptr + t.pos(q) * sc);
 #pragma unroll
         for (int j = 0; j < V; ++j) a[i][j] = q < t.len ? coeff_grad<Tc>(a[i][j], c_here[j]) : a[i][j];
+      }
+      if (q < t.len && cut(t.pos(q))) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) a[i][j] = Acc(0);
       }
     }
     Acc last_coeff[V];
@@ -488,11 +497,21 @@ __global__ void __launch_bounds__(NT) strided_staged_kernel(const Params p) {
   if constexpr (kBackward) v_ptr = static_cast<const T*>(p.d_outputs) + t.off[0][Thread::kV];
   else v_ptr = static_cast<const T*>(p.inputs) + t.off[0][Thread::kV];
   const Tc* c_ptr = static_cast<const Tc*>(p.coeffs) + t.off[0][Thread::kC];
+  const CutAt cut{p.cuts, t.len};
+  constexpr int kCoeffLag = kBackward ? 1 : 0;
+  // The scan's coefficients of slot i, as staged, cut (scan step first_q + i - kCoeffLag).
+  auto slot_coeffs = [&](int i, Acc (&a)[V]) {
+    StagedC::read(a, slot_c(i));
+    const int64_t cq = t.first_q + i - kCoeffLag;
+    if (cq >= 0 && cut(t.pos(cq))) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) a[j] = Acc(0);
+    }
+  };
 
   // Step 1: stage, then fold. The backward's coefficient at step q is at scan
   // step q - 1 (as in strided_kernel), its forward output at q + 1.
   {
-    constexpr int kCoeffLag = kBackward ? 1 : 0;
     const T* v_at = v_ptr + t.pos(t.first_q) * es[Thread::kV];
     const Tc* c_at = c_ptr + t.pos(t.first_q - kCoeffLag) * es[Thread::kC];
 #pragma unroll 4
@@ -522,7 +541,7 @@ __global__ void __launch_bounds__(NT) strided_staged_kernel(const Params p) {
   for (int i = 0; i < E; ++i) {
     Acc v[V], a[V];
     Staged::read(v, slot_v(i));
-    StagedC::read(a, slot_c(i));
+    slot_coeffs(i, a);
     conj_in_backward<kBackward>(a);
     fold_step(slice_y, slice_c, a, v);
   }
@@ -542,7 +561,7 @@ __global__ void __launch_bounds__(NT) strided_staged_kernel(const Params p) {
     for (int i = 0; i < steps; ++i, y_at += so) {
       Acc v[V], a[V];
       Staged::read(v, slot_v(i));
-      StagedC::read(a, slot_c(i));
+      slot_coeffs(i, a);
       scan_step(state, a, v);
       store_channels<V>(y_at, state);
     }
@@ -561,7 +580,7 @@ __global__ void __launch_bounds__(NT) strided_staged_kernel(const Params p) {
     for (int i = 0; i < steps; ++i, dx_at += sx, dc_at += sdc, c_here += sc) {
       Acc v[V], a[V], y_prev[V];
       Staged::read(v, slot_v(i));
-      StagedC::read(a, slot_c(i));
+      slot_coeffs(i, a);
       Staged::read(y_prev, slot_y(i));
       const bool last = t.first_q + i == t.len - 1;
       conj_in_backward<kBackward>(a);
@@ -573,6 +592,10 @@ __global__ void __launch_bounds__(NT) strided_staged_kernel(const Params p) {
         load_channels<V>(c_now, c_here);
 #pragma unroll
         for (int j = 0; j < V; ++j) y_prev[j] = coeff_grad<Tc>(y_prev[j], c_now[j]);
+      }
+      if (cut(t.pos(t.first_q + i))) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) y_prev[j] = Acc(0);
       }
       store_channels<V>(dx_at, state);
       store_channels<V>(dc_at, y_prev);

@@ -81,7 +81,7 @@ bool strided_dense_rows(const Params& p) {
   }();
   const auto& ix = p.index;
   const int64_t row_bytes = p.num_seqs * static_cast<int64_t>(sizeof(T));
-  if (!enabled || row_bytes > kFlatMaxRowBytes || ix.num_dims > 1 || (p.seq_len * row_bytes) % 16 != 0) return false;
+  if (!enabled || p.cuts != nullptr || row_bytes > kFlatMaxRowBytes || ix.num_dims > 1 || (p.seq_len * row_bytes) % 16 != 0) return false;
   return all_scanned_tensors(p, [&](int t, const void* data) {
     return reinterpret_cast<uintptr_t>(data) % 16 == 0 && ix.elem_strides[t] == p.num_seqs &&
            (ix.num_dims == 0 || ix.seq_strides[t][0] == 1);

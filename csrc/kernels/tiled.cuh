@@ -69,7 +69,7 @@ __device__ __forceinline__ Acc* staging_smem() {
 // and returns conj(coeffs[first]) if this thread holds the forward direction's
 // first step (else 0). conj is the identity for real storage (complex.cuh).
 template <int E, typename T, typename Acc>
-__device__ __forceinline__ Acc shift_bwd_coeffs(Acc (&cs)[E], const T* c, int64_t stride, int64_t start,
+__device__ __forceinline__ Acc shift_bwd_coeffs(Acc (&cs)[E], const T* c, int64_t stride, CutAt cut, int64_t start,
                                                 int64_t len, bool fwd_rev) {
   const int64_t mine = start + static_cast<int64_t>(threadIdx.x) * E;
   const int64_t first = fwd_rev ? len - 1 : 0;
@@ -79,6 +79,7 @@ __device__ __forceinline__ Acc shift_bwd_coeffs(Acc (&cs)[E], const T* c, int64_
     if (mine + i == first) first_coeff = conj(cs[i]);
   // coeffs one forward step later: from the next position, or the previous one when reversed.
   shift_window(cs, c, stride, start, len, Acc(0), /*from_next=*/!fwd_rev);
+  zero_cut(cs, cut, mine + (fwd_rev ? -1 : 1));  // cs[i] is now the coefficient at mine + i +- 1
   if constexpr (kIsComplex<Acc>) {  // a no-op loop for reals still reordered the pipe backward's PTX
 #pragma unroll
     for (int i = 0; i < E; ++i) cs[i] = conj(cs[i]);
@@ -96,7 +97,7 @@ __device__ __forceinline__ Acc shift_bwd_coeffs(Acc (&cs)[E], const T* c, int64_
 template <MemCode M, int E, typename T, typename Tc, typename Acc>
 __device__ __forceinline__ void store_bwd_coeffs_of(const Acc (&gs)[E], Acc (&ys)[E], const T* y, int64_t y_stride,
                                                     Tc* dc, int64_t dc_stride, const Tc* c, int64_t c_stride,
-                                                    int64_t start, int64_t len, bool fwd_rev, Acc initial,
+                                                    CutAt cut, int64_t start, int64_t len, bool fwd_rev, Acc initial,
                                                     Acc first_coeff, T* d_initial, Acc* smem) {
   const int64_t mine = start + static_cast<int64_t>(threadIdx.x) * E;
   const int64_t first = fwd_rev ? len - 1 : 0;
@@ -112,19 +113,20 @@ __device__ __forceinline__ void store_bwd_coeffs_of(const Acc (&gs)[E], Acc (&ys
 #pragma unroll
     for (int i = 0; i < E; ++i) ys[i] = coeff_grad<Tc>(ys[i], cs[i]);
   }
+  zero_cut(ys, cut, mine);
   store_tile<M>(dc, dc_stride, ys, start, len, smem);
 }
 
 // The same, loading the tile's outputs first.
 template <MemCode M, int E, typename T, typename Tc, typename Acc>
 __device__ __forceinline__ void store_bwd_coeffs(const Acc (&gs)[E], const T* y, int64_t y_stride, Tc* dc,
-                                                 int64_t dc_stride, const Tc* c, int64_t c_stride, int64_t start,
-                                                 int64_t len, bool fwd_rev, Acc initial, Acc first_coeff,
-                                                 T* d_initial, Acc* smem) {
+                                                 int64_t dc_stride, const Tc* c, int64_t c_stride, CutAt cut,
+                                                 int64_t start, int64_t len, bool fwd_rev, Acc initial,
+                                                 Acc first_coeff, T* d_initial, Acc* smem) {
   Acc ys[E];
   load_tile<M>(ys, y, y_stride, start, len, Acc(0), smem);
-  store_bwd_coeffs_of<M>(gs, ys, y, y_stride, dc, dc_stride, c, c_stride, start, len, fwd_rev, initial, first_coeff,
-                         d_initial, smem);
+  store_bwd_coeffs_of<M>(gs, ys, y, y_stride, dc, dc_stride, c, c_stride, cut, start, len, fwd_rev, initial,
+                         first_coeff, d_initial, smem);
 }
 
 // Kernels take the config as plain ints: nvcc's host stubs cannot spell class-type template arguments.
@@ -154,6 +156,8 @@ __global__ void __launch_bounds__(NT_) tiled_fwd_kernel(const ForwardParams p) {
   const int64_t len = p.seq_len;
   const bool rev = p.reverse;
   Acc carry = p.initial ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kFwdInitial]]) : Acc(0);
+  const CutAt cut{p.cuts, len};
+  const int64_t mine = static_cast<int64_t>(threadIdx.x) * E;  // this thread's first element in a tile
 
   Acc xs[E], cs[E];
   load_tile<C.memcode>(xs, x, sx, tiles.start(0), len, Acc(0), smem);
@@ -165,6 +169,7 @@ __global__ void __launch_bounds__(NT_) tiled_fwd_kernel(const ForwardParams p) {
       next_xs.load(x, sx, tiles.start(k + 1), len, Acc(0), smem);
       next_cs.load(c, sc, tiles.start(k + 1), len, Acc(1), smem);
     }
+    zero_cut(cs, cut, tiles.start(k) + mine);
     scan_tile<C.algocode, E, NT>(xs, cs, rev, carry, storage);
     store_tile<C.memcode>(y, sy, xs, tiles.start(k), len, smem);
     if constexpr (S == Schedule::kPipe) {
@@ -221,6 +226,7 @@ __global__ void __launch_bounds__(NT_) tiled_bwd_kernel(const BackwardParams p) 
   const int64_t len = p.seq_len;
   const bool fwd_rev = p.reverse;
   const Acc initial = p.initial ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kBwdInitial]]) : Acc(0);
+  const CutAt cut{p.cuts, len};
   Acc carry = Acc(0);
 
   using Prefetched = PrefetchedTile<C.memcode, E, T, Acc>;
@@ -247,18 +253,18 @@ __global__ void __launch_bounds__(NT_) tiled_bwd_kernel(const BackwardParams p) 
       next_cs.load(c, es[kBwdCoeffs], tiles.start(k + 1), len, Acc(1), smem);
       if constexpr (kEarlyOutputs) next_ys.load(y, es[kBwdOutputs], tiles.start(k + 1), len, Acc(0), smem);
     }
-    const Acc first_coeff = shift_bwd_coeffs(cs, c, es[kBwdCoeffs], start, len, fwd_rev);
+    const Acc first_coeff = shift_bwd_coeffs(cs, c, es[kBwdCoeffs], cut, start, len, fwd_rev);
     scan_tile<C.algocode, E, NT>(gs, cs, rev, carry, storage);
     store_tile<C.memcode>(dx, es[kBwdDInputs], gs, start, len, smem);
     T* d_initial = static_cast<T*>(p.d_initial) + off[kBwdDInitial];
     if constexpr (kEarlyOutputs) {
       Acc ys[E];
       ys_ahead.take(ys);
-      store_bwd_coeffs_of<C.memcode>(gs, ys, y, es[kBwdOutputs], dc, es[kBwdDCoeffs], c, es[kBwdCoeffs], start, len,
-                                     fwd_rev, initial, first_coeff, d_initial, smem);
+      store_bwd_coeffs_of<C.memcode>(gs, ys, y, es[kBwdOutputs], dc, es[kBwdDCoeffs], c, es[kBwdCoeffs], cut, start,
+                                     len, fwd_rev, initial, first_coeff, d_initial, smem);
     } else {
-      store_bwd_coeffs<C.memcode>(gs, y, es[kBwdOutputs], dc, es[kBwdDCoeffs], c, es[kBwdCoeffs], start, len, fwd_rev,
-                                  initial, first_coeff, d_initial, smem);
+      store_bwd_coeffs<C.memcode>(gs, y, es[kBwdOutputs], dc, es[kBwdDCoeffs], c, es[kBwdCoeffs], cut, start, len,
+                                  fwd_rev, initial, first_coeff, d_initial, smem);
     }
     if constexpr (S == Schedule::kPipe) {
       next_gs.take(gs);

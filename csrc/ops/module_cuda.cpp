@@ -34,30 +34,31 @@ PyObject* list_of(const Items& items, ToItem to_item) {
   return list;
 }
 
-// The kernel kind and storage named by Python: a family id of the registry and two
-// torch dtype names. Sets a ValueError and returns false if either is unknown.
-bool parse_kind_and_storage(int kind, const char* values, const char* coeffs, linrec::KernelKind& out_kind,
-                            linrec::Storage& out_storage) {
+// The kernel kind and storage named by Python: a family id of the registry, two torch dtype
+// names and whether the coefficients are log-coefficients. Sets a ValueError and returns false
+// if either is unknown.
+bool parse_kind_and_storage(int kind, const char* values, const char* coeffs, int log_coeffs,
+                            linrec::KernelKind& out_kind, linrec::Storage& out_storage) {
   const std::optional<linrec::DType> v = linrec::dtype_named(values), c = linrec::dtype_named(coeffs);
   if (kind < 1 || kind > linrec::kMaxKernelKind || !v || !c) {
     PyErr_SetString(PyExc_ValueError, "linrec: unknown kernel id or dtype name");
     return false;
   }
   out_kind = static_cast<linrec::KernelKind>(kind);
-  out_storage = {*v, *c};
+  out_storage = {*v, *c, log_coeffs != 0};
   return true;
 }
 
-// compiled_configs(kind, values, coeffs): the configs a family is compiled at for a
-// storage, as (elems_per_thread, threads_per_block, memcode, algocode); [] where it is not
-// compiled for that storage.
+// compiled_configs(kind, values, coeffs, log_coeffs=False): the configs a family is compiled
+// at for a storage, as (elems_per_thread, threads_per_block, memcode, algocode); [] where it is
+// not compiled for that storage.
 PyObject* compiled_configs(PyObject*, PyObject* args) {
-  int kind_id;
+  int kind_id, log_coeffs = 0;
   const char *values, *coeffs;
-  if (!PyArg_ParseTuple(args, "iss", &kind_id, &values, &coeffs)) return nullptr;
+  if (!PyArg_ParseTuple(args, "iss|p", &kind_id, &values, &coeffs, &log_coeffs)) return nullptr;
   linrec::KernelKind kind;
   linrec::Storage storage;
-  if (!parse_kind_and_storage(kind_id, values, coeffs, kind, storage)) return nullptr;
+  if (!parse_kind_and_storage(kind_id, values, coeffs, log_coeffs, kind, storage)) return nullptr;
   return list_of(linrec::cuda_compiled_configs(storage, kind), [](const linrec::TileConfig& c) {
     return Py_BuildValue("(iiii)", c.elems_per_thread, c.threads_per_block, static_cast<int>(c.memcode),
                          static_cast<int>(c.algocode));
@@ -65,16 +66,17 @@ PyObject* compiled_configs(PyObject*, PyObject* args) {
 }
 
 // func_attrs(kind, values, coeffs, backward, variant, elems_per_thread, threads_per_block, memcode,
-// algocode): a dict, or None where the family has no such variant (0 the general kernel, 1 / 2
-// the aligned-rows kernel scanning forward / in reverse).
+// algocode, log_coeffs=False): a dict, or None where the family has no such variant (0 the
+// general kernel, 1 / 2 the aligned-rows kernel scanning forward / in reverse).
 PyObject* func_attrs(PyObject*, PyObject* args) {
-  int kind_id, backward, variant, e, t, m, a;
+  int kind_id, backward, variant, e, t, m, a, log_coeffs = 0;
   const char *values, *coeffs;
-  if (!PyArg_ParseTuple(args, "isspiiiii", &kind_id, &values, &coeffs, &backward, &variant, &e, &t, &m, &a))
+  if (!PyArg_ParseTuple(args, "isspiiiii|p", &kind_id, &values, &coeffs, &backward, &variant, &e, &t, &m, &a,
+                        &log_coeffs))
     return nullptr;
   linrec::KernelKind kind;
   linrec::Storage storage;
-  if (!parse_kind_and_storage(kind_id, values, coeffs, kind, storage)) return nullptr;
+  if (!parse_kind_and_storage(kind_id, values, coeffs, log_coeffs, kind, storage)) return nullptr;
   if (variant < 0 || variant > 2) {
     PyErr_SetString(PyExc_ValueError, "linrec: func_attrs variant is 0 (general), 1 or 2 (aligned rows)");
     return nullptr;
@@ -138,7 +140,7 @@ PyObject* kernel_choice(PyObject*, PyObject* args) {
     return nullptr;
   linrec::KernelKind unused;
   linrec::Storage storage;
-  if (!parse_kind_and_storage(1, values, coeffs, unused, storage)) return nullptr;
+  if (!parse_kind_and_storage(1, values, coeffs, 0, unused, storage)) return nullptr;
   try {
     const linrec::KernelChoice c =
         linrec::choose_kernel(storage, seq_len, num_seqs, interleaved != 0, backward != 0, device, sm_count);

@@ -204,6 +204,24 @@ inline int64_t count_seqs(const Tensor& t, int64_t dim) {
   return n;
 }
 
+// cu_seqlens as the kernels take it (CutAt in memio.h): one byte a position along the scan dim,
+// nonzero where a segment begins in scan order (linrec/_segments.py builds it). The state
+// entering a segment comes in through the inputs, so no initial state goes with it.
+inline const uint8_t* cuts_of(const std::optional<Tensor>& cuts, const Tensor& like, const char* like_name,
+                              int64_t dim, bool has_initial) {
+  if (!cuts) return nullptr;
+  const ScalarType t = cuts->scalar_type();
+  STD_TORCH_CHECK(t == ScalarType::Bool || t == ScalarType::Byte, "linrec: cuts must be a bool or uint8 tensor, got ",
+                  torch::headeronly::toString(t));
+  STD_TORCH_CHECK(cuts->dim() == 1 && cuts->size(0) == like.size(dim), "linrec: cuts must be 1-D, one element a step: ",
+                  like.size(dim), " (", like_name, ".shape[dim])");
+  STD_TORCH_CHECK(cuts->size(0) <= 1 || cuts->stride(0) == 1, "linrec: cuts must be contiguous");
+  STD_TORCH_CHECK(cuts->device() == like.device(), "linrec: cuts is on a different device than ", like_name);
+  STD_TORCH_CHECK(!has_initial, "linrec: cuts and initial exclude each other (the state entering a segment comes in "
+                                "through the inputs)");
+  return static_cast<const uint8_t*>(cuts->const_data_ptr());
+}
+
 // One forward call with its arguments checked: the output, allocated, and the
 // params that describe it, complete but for the kernel's workspace. `empty`: no
 // element to compute (the output is returned as it is).
@@ -216,7 +234,7 @@ struct ForwardCall {
 };
 
 inline ForwardCall prepare_fwd(const Tensor& inputs, const Tensor& coeffs, const std::optional<Tensor>& initial,
-                               int64_t dim, bool reverse, bool log_coeffs) {
+                               int64_t dim, bool reverse, bool log_coeffs, const std::optional<Tensor>& cuts) {
   check_defined(inputs, "inputs");
   check_defined(coeffs, "coeffs");
   dim = wrap_dim(dim, inputs.dim());
@@ -226,6 +244,7 @@ inline ForwardCall prepare_fwd(const Tensor& inputs, const Tensor& coeffs, const
 
   ForwardCall call{torch::stable::empty_like(inputs), ForwardParams{}, storage, inputs.numel() == 0, {}};
   ForwardParams& p = call.p;
+  p.cuts = cuts_of(cuts, inputs, "inputs", dim, initial.has_value());
   p.num_seqs = count_seqs(inputs, dim);
   p.seq_len = inputs.size(dim);
   p.reverse = reverse;
@@ -267,7 +286,8 @@ struct BackwardCall {
 };
 
 inline BackwardCall prepare_bwd(const Tensor& d_outputs, const Tensor& coeffs, const Tensor& outputs,
-                                const std::optional<Tensor>& initial, int64_t dim, bool reverse, bool log_coeffs) {
+                                const std::optional<Tensor>& initial, int64_t dim, bool reverse, bool log_coeffs,
+                                const std::optional<Tensor>& cuts) {
   check_defined(d_outputs, "d_outputs");
   check_defined(coeffs, "coeffs");
   check_defined(outputs, "outputs");
@@ -285,6 +305,7 @@ inline BackwardCall prepare_bwd(const Tensor& d_outputs, const Tensor& coeffs, c
                     torch::stable::new_empty(d_outputs, state_shape(d_outputs, dim)), BackwardParams{}, storage, false,
                     {}};
   BackwardParams& p = call.p;
+  p.cuts = cuts_of(cuts, d_outputs, "d_outputs", dim, initial.has_value());
   p.num_seqs = count_seqs(d_outputs, dim);
   p.seq_len = d_outputs.size(dim);
   p.reverse = reverse;

@@ -76,9 +76,9 @@ void launch_on_current_stream(const Tensor& like, Params& p, Storage storage, co
 
 Tensor linrec_fwd_cuda(Tensor inputs, Tensor coeffs, std::optional<Tensor> initial, int64_t dim, int64_t reverse,
                        int64_t kernel, int64_t elems_per_thread, int64_t threads_per_block, int64_t memcode,
-                       int64_t algocode, bool log_coeffs) {
+                       int64_t algocode, bool log_coeffs, std::optional<Tensor> cuts) {
   check_kernel_args(reverse, kernel, elems_per_thread, threads_per_block, memcode, algocode);
-  ForwardCall call = prepare_fwd(inputs, coeffs, initial, dim, reverse != 0, log_coeffs);
+  ForwardCall call = prepare_fwd(inputs, coeffs, initial, dim, reverse != 0, log_coeffs, cuts);
   if (call.empty) return call.outputs;
   const bool interleaved =
       seqs_interleaved(call.p.index, kFwdInputs) || seqs_interleaved(call.p.index, kFwdOutputs);
@@ -91,9 +91,9 @@ Tensor linrec_fwd_cuda(Tensor inputs, Tensor coeffs, std::optional<Tensor> initi
 std::tuple<Tensor, Tensor, Tensor> linrec_bwd_cuda(Tensor d_outputs, Tensor coeffs, Tensor outputs,
                                                    std::optional<Tensor> initial, int64_t dim, int64_t reverse,
                                                    int64_t kernel, int64_t elems_per_thread,
-                                                   int64_t threads_per_block, int64_t memcode, int64_t algocode, bool log_coeffs) {
+                                                   int64_t threads_per_block, int64_t memcode, int64_t algocode, bool log_coeffs, std::optional<Tensor> cuts) {
   check_kernel_args(reverse, kernel, elems_per_thread, threads_per_block, memcode, algocode);
-  BackwardCall call = prepare_bwd(d_outputs, coeffs, outputs, initial, dim, reverse != 0, log_coeffs);
+  BackwardCall call = prepare_bwd(d_outputs, coeffs, outputs, initial, dim, reverse != 0, log_coeffs, cuts);
   if (call.empty) return call.grads();
   const bool interleaved =
       seqs_interleaved(call.p.index, kBwdDOutputs) || seqs_interleaved(call.p.index, kBwdDInputs);

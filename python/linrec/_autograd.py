@@ -19,7 +19,7 @@ from ._registry import KERNEL_AUTO
 
 def _setup_context(ctx, inputs, output):
     _, coeffs, initial, *config = inputs
-    # dim, reverse, kernel, elems_per_thread, threads_per_block, memcode, algocode[, log_coeffs]
+    # dim, reverse, kernel, elems_per_thread, threads_per_block, memcode, algocode[, log_coeffs[, cuts]]
     ctx.config = config
     ctx.has_initial = initial is not None
     ctx.save_for_backward(coeffs, output, initial)
@@ -45,7 +45,14 @@ def exp_of_log(log_coeffs: torch.Tensor) -> torch.Tensor:
     return log_coeffs.exp()
 
 
-def backward_by_scans(scan, d_outputs, coeffs, outputs, initial, dim, reverse, log_coeffs=False):
+def _cut_along(cuts, like, dim):
+    """cuts (one flag a step) as a bool tensor broadcasting along `dim` of `like`."""
+    shape = [1] * like.dim()
+    shape[dim] = like.shape[dim]
+    return cuts.bool().view(shape)
+
+
+def backward_by_scans(scan, d_outputs, coeffs, outputs, initial, dim, reverse, log_coeffs=False, cuts=None):
     """The backward of y[l] = c[l] * y[l-1] + x[l] as one more scan and element-wise products,
     for a backward that must itself be differentiable (create_graph=True: double backward,
     Hessian-vector products). With "next" one step later in the scan's direction:
@@ -57,15 +64,23 @@ def backward_by_scans(scan, d_outputs, coeffs, outputs, initial, dim, reverse, l
     `scan(inputs, coeffs, dim, reverse)` is a differentiable linrec (the implementation's own), so
     every order of derivative follows. The fused backward kernels compute the same in one pass;
     conj is the identity on real tensors. With log_coeffs, `coeffs` holds log c and d_coeffs is
-    the gradient of log c, c * d_coeffs. Returns (d_inputs, d_coeffs, d_initial or None)."""
+    the gradient of log c, c * d_coeffs. With cuts (packed sequences: the op's argument), the
+    coefficients at cut steps are 0 and so are their gradients. Returns (d_inputs, d_coeffs,
+    d_initial or None)."""
     length = outputs.shape[dim]
     if length == 0:
         d_initial = None if initial is None else torch.zeros_like(initial)
         return torch.zeros_like(d_outputs), torch.zeros_like(coeffs), d_initial
     if log_coeffs:
         linear = exp_of_log(coeffs)
-        d_inputs, d_linear, d_initial = backward_by_scans(scan, d_outputs, linear, outputs, initial, dim, reverse)
+        d_inputs, d_linear, d_initial = backward_by_scans(scan, d_outputs, linear, outputs, initial, dim, reverse,
+                                                          cuts=cuts)
         return d_inputs, (d_linear * linear).to(coeffs.dtype), d_initial
+    if cuts is not None:
+        kept = ~_cut_along(cuts, coeffs, dim)
+        d_inputs, d_kept, d_initial = backward_by_scans(scan, d_outputs, coeffs * kept, outputs, initial, dim,
+                                                        reverse)
+        return d_inputs, d_kept * kept, d_initial
     next_coeffs = _previous_states(coeffs, None, dim, not reverse).conj()  # c one step later, 0 past the end
     d_inputs = scan(d_outputs, next_coeffs, dim, not reverse)
     # In the coefficients' dtype: float32 in mixed storage, where d_inputs and outputs are 16-bit.
@@ -83,7 +98,7 @@ def _backward(ctx, d_outputs):
         dim, reverse, *kernel = ctx.config[:7]
         d_inputs, d_coeffs, d_initial = backward_by_scans(
             lambda x, c, d, r: call_compiled(x, c, None, d, r, *kernel), d_outputs, coeffs, outputs, initial,
-            dim % outputs.dim(), reverse, log_coeffs=_log_coeffs(ctx.config))
+            dim % outputs.dim(), reverse, log_coeffs=_log_coeffs(ctx.config), cuts=_cuts(ctx.config))
     else:
         d_inputs, d_coeffs, d_initial = bwd_op(d_outputs, coeffs, outputs, initial, *ctx.config)
     return d_inputs, d_coeffs, (d_initial if ctx.has_initial else None), *([None] * len(ctx.config))
@@ -92,6 +107,11 @@ def _backward(ctx, d_outputs):
 def _log_coeffs(config) -> bool:
     """Whether a call's config (the op's arguments after initial) has log-coefficients."""
     return len(config) > 7 and bool(config[7])
+
+
+def _cuts(config):
+    """A call's cuts (packed sequences), or None."""
+    return config[8] if len(config) > 8 else None
 
 
 torch.library.register_autograd("linrec::linrec_fwd", _backward, setup_context=_setup_context)
@@ -133,6 +153,8 @@ class _LinrecDualFunction(_LinrecFunction):
         if d_coeffs is not None:
             if _log_coeffs(ctx.config):  # the tangent of c = exp(log c)
                 d_coeffs = d_coeffs * exp_of_log(coeffs)
+            if _cuts(ctx.config) is not None:  # a cut coefficient is not used
+                d_coeffs = d_coeffs * ~_cut_along(_cuts(ctx.config), d_coeffs, dim)
             steps = steps + d_coeffs * _previous_states(outputs, initial, dim, reverse)
         # The tangent is in the outputs' dtype (16-bit in mixed storage, where d_coeffs * y is float32).
         return fwd_op(steps.to(outputs.dtype), coeffs, d_initial, *ctx.config)  # differentiable again
@@ -213,15 +235,16 @@ MAX_CUDA_SEQS = 2**31 - 1  # a launch's grid: at most 2^31-1 blocks (csrc/kernel
 
 
 def call_compiled(inputs, coeffs, initial, dim, reverse, kernel=KERNEL_AUTO, elems_per_thread=0,
-                  threads_per_block=0, memcode=0, algocode=3, log_coeffs=False):
+                  threads_per_block=0, memcode=0, algocode=3, log_coeffs=False, cuts=None):
     """Run the compiled op on arguments already checked by _args.normalize (log_coeffs: on a
-    storage the registry has log kernels for, _dispatch.fused_log)."""
+    storage the registry has log kernels for, _dispatch.fused_log; cuts: from _segments, with
+    no initial)."""
     if inputs.is_cuda and inputs.shape[dim] and inputs.numel() // inputs.shape[dim] > MAX_CUDA_SEQS:
         raise ValueError(f"linrec: inputs holds {inputs.numel() // inputs.shape[dim]} sequences; the CUDA "
                          f"kernels take at most {MAX_CUDA_SEQS} in one call (split the batch)")
     args = (inputs, coeffs, initial, dim, bool(reverse), kernel, elems_per_thread, threads_per_block, memcode,
             algocode)
-    if log_coeffs:  # left out otherwise: the op's default, and one argument less to box a call
-        args += (True,)
+    if log_coeffs or cuts is not None:  # left out otherwise: the op's defaults, fewer arguments to box
+        args += (bool(log_coeffs),) if cuts is None else (bool(log_coeffs), cuts)
     function = _autograd_function(inputs, coeffs, initial)
     return fwd_op_no_autograd(*args) if function is None else function.apply(*args)

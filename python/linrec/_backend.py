@@ -129,11 +129,12 @@ def complex_path(x: torch.Tensor, dim: int) -> str:
     return "triton" if many_seqs else "polar"
 
 
-def scan_real(inputs, coeffs, initial, dim: int, reverse: bool, log_coeffs: bool = False) -> torch.Tensor:
+def scan_real(inputs, coeffs, initial, dim: int, reverse: bool, log_coeffs: bool = False,
+              cuts: torch.Tensor | None = None) -> torch.Tensor:
     """The recurrence on real arguments already checked by _args.normalize, where they run."""
     if inputs.is_cuda and cuda_backend(inputs.device.index or 0) == "triton":
         from .impl.triton import triton_fwd
 
         refuse_torch_func("the Triton kernels (no compiled kernels for this GPU, or LINREC_BACKEND=triton)")
-        return triton_fwd(inputs, coeffs, initial, dim, bool(reverse), True, log_coeffs)
-    return call_compiled(inputs, coeffs, initial, dim, reverse, log_coeffs=log_coeffs)
+        return triton_fwd(inputs, coeffs, initial, dim, bool(reverse), True, log_coeffs, cuts)
+    return call_compiled(inputs, coeffs, initial, dim, reverse, log_coeffs=log_coeffs, cuts=cuts)

@@ -24,9 +24,15 @@ def log_or_exp(inputs: torch.Tensor, coeffs: torch.Tensor, log_coeffs: bool) -> 
     return coeffs, log_coeffs
 
 
-def scan_normalized(inputs, coeffs, initial, dim: int, reverse: bool, log_coeffs: bool = False) -> torch.Tensor:
-    """Complex or real, on the implementation _backend picks for the device."""
+def scan_normalized(inputs, coeffs, initial, dim: int, reverse: bool, log_coeffs: bool = False,
+                    cuts: torch.Tensor | None = None) -> torch.Tensor:
+    """Complex or real, on the implementation _backend picks for the device. cuts (packed
+    sequences, from _segments; no initial with them): the coefficient is 0 where a step is cut."""
     coeffs, log_coeffs = log_or_exp(inputs, coeffs, log_coeffs)
     if inputs.is_complex():
+        if cuts is not None:  # the complex scans take no cuts: zero the coefficients there
+            shape = [1] * inputs.dim()
+            shape[dim] = inputs.shape[dim]
+            coeffs = torch.where(cuts.view(shape), torch.zeros((), dtype=coeffs.dtype, device=coeffs.device), coeffs)
         return linrec_complex(inputs, coeffs, initial, dim, reverse)
-    return scan_real(inputs, coeffs, initial, dim, reverse, log_coeffs)
+    return scan_real(inputs, coeffs, initial, dim, reverse, log_coeffs, cuts)

@@ -62,11 +62,27 @@ def _check_log_storage(values, coeffs, log_coeffs, values_name):
                            "with log_coeffs=False")
 
 
+def _check_cuts(cuts, like, dim, initial, like_name):
+    """The checks of csrc/ops/op_args.h's cuts_of."""
+    if cuts is None:
+        return
+    if cuts.dtype not in (torch.bool, torch.uint8):
+        raise RuntimeError(f"linrec: cuts must be a bool or uint8 tensor, got {cuts.dtype}")
+    if cuts.dim() != 1 or cuts.shape[0] != like.shape[dim]:
+        raise RuntimeError(f"linrec: cuts must be 1-D, one element a step: {like.shape[dim]} ({like_name}.shape[dim])")
+    if cuts.device != like.device:
+        raise RuntimeError(f"linrec: cuts is on a different device than {like_name}")
+    if initial is not None:
+        raise RuntimeError("linrec: cuts and initial exclude each other (the state entering a segment comes in "
+                           "through the inputs)")
+
+
 def _fwd_fake(inputs, coeffs, initial, dim, reverse, kernel, elems_per_thread, threads_per_block, memcode, algocode,
-              log_coeffs=False):
+              log_coeffs=False, cuts=None):
     _check_fake_args((("inputs", inputs), ("coeffs", coeffs), ("initial", initial)),
                      (reverse, kernel, elems_per_thread, threads_per_block, memcode, algocode))
     _check_log_storage(inputs, coeffs, log_coeffs, "inputs")
+    _check_cuts(cuts, inputs, dim, initial, "inputs")
     return torch.empty_like(inputs)
 
 
@@ -76,10 +92,11 @@ torch.library.register_fake("linrec::_linrec_fwd", _fwd_fake)
 
 @torch.library.register_fake("linrec::linrec_bwd")
 def _bwd_fake(d_outputs, coeffs, outputs, initial, dim, reverse, kernel, elems_per_thread, threads_per_block, memcode,
-              algocode, log_coeffs=False):
+              algocode, log_coeffs=False, cuts=None):
     _check_fake_args((("d_outputs", d_outputs), ("coeffs", coeffs), ("outputs", outputs), ("initial", initial)),
                      (reverse, kernel, elems_per_thread, threads_per_block, memcode, algocode))
     _check_log_storage(d_outputs, coeffs, log_coeffs, "d_outputs")
+    _check_cuts(cuts, d_outputs, dim, initial, "d_outputs")
     dim = dim % d_outputs.dim()
     state = d_outputs.shape[:dim] + d_outputs.shape[dim + 1:]
     return (torch.empty_like(d_outputs), torch.empty_like(d_outputs, dtype=coeffs.dtype),

@@ -7,10 +7,12 @@ state entering the segment comes in through the inputs:
 
     y[first] = c[first] * initial[k] + x[first]
 
-so every implementation of the plain scan serves, and autograd gives the gradients of
-inputs, coeffs and initial (per segment). The boundaries are found with device-side tensor
-ops only: no host sync on CUDA. This costs two element-wise passes beside the scan; a fused
-kernel will drop them. With log-coefficients the cut is log 0 = -inf.
+The kernels take the cuts as one flag a step along dim (the op's `cuts`): the coefficient there
+reads as 0, in the forward and the fused backward, and its gradient is 0. The entering
+states add into the inputs at the segments' first steps only (index_add), so without
+`initial` the inputs go to the kernels as they are. Autograd gives the gradients of inputs,
+coeffs and initial (per segment) through that addition. The boundaries are found with
+device-side tensor ops only: no host sync on CUDA.
 """
 
 from __future__ import annotations
@@ -86,25 +88,26 @@ def segment_initial(initial, inputs: torch.Tensor, dim: int, num_segments: int):
 
 
 def scan_segments(scan, inputs, coeffs, initial, dim: int, reverse: bool, cu_seqlens, log_coeffs=False):
-    """`scan(inputs, coeffs, initial, dim, reverse, log_coeffs)` over each segment of cu_seqlens
-    (see above). inputs and coeffs come as _args.normalize gives them; initial from
+    """`scan(inputs, coeffs, initial, dim, reverse, log_coeffs, cuts)` over each segment of
+    cu_seqlens (see above). inputs and coeffs come as _args.normalize gives them; initial from
     segment_initial."""
     length = inputs.shape[dim]
+    if length == 0:
+        return scan(inputs, coeffs, None, dim, reverse, log_coeffs, None)
     starts, ends = cu_seqlens[:-1].long(), cu_seqlens[1:].long()
-    first = ends - 1 if reverse else starts
-    # An empty segment has no first step: its index points at a scratch slot past the end.
-    first = torch.where(ends > starts, first, length)
-    cut = torch.zeros(length + 1, dtype=torch.bool, device=inputs.device).index_fill_(0, first, True)
-    shape = [1] * inputs.dim()
-    shape[dim] = length
-    cut = cut[:length].view(shape)
-    cut_value = float("-inf") if log_coeffs else 0.0
-    cut_coeffs = torch.where(cut, torch.full((), cut_value, dtype=coeffs.dtype, device=coeffs.device), coeffs)
+    nonempty = ends > starts
+    # An empty segment has no first step: its flag goes to a scratch slot past the end.
+    first = torch.where(nonempty, ends - 1 if reverse else starts, length)
+    cuts = torch.zeros(length + 1, dtype=torch.bool, device=inputs.device).index_fill_(0, first, True)[:length]
     if initial is not None:
-        padded = list(inputs.shape)
-        padded[dim] = length + 1
-        entering = initial.new_zeros(padded).index_add(dim, first, initial).narrow(dim, 0, length)
-        linear = exp_of_log(coeffs) if log_coeffs else coeffs
-        inputs = inputs + (linear * entering).to(inputs.dtype)
-    return scan(inputs, cut_coeffs, None, dim, reverse, log_coeffs)
+        # y[first] = c[first] * initial[k] + x[first]; an empty segment adds 0 (at any step).
+        at = first.clamp_max(length - 1)
+        shape = [1] * inputs.dim()
+        shape[dim] = at.shape[0]
+        entering_coeffs = coeffs.index_select(dim, at)
+        if log_coeffs:
+            entering_coeffs = exp_of_log(entering_coeffs)
+        entering = entering_coeffs * initial * nonempty.view(shape)
+        inputs = inputs.index_add(dim, at, entering.to(inputs.dtype))
+    return scan(inputs, coeffs, None, dim, reverse, log_coeffs, cuts)
 

@@ -41,7 +41,7 @@ from linrec._timing import copy_bandwidth_gbs, device_ms, eager_ms, write_rows
 GRID_LENGTHS = [2**k for k in range(4, 17)]
 # --dtypes: the real storage types, mixed ones as "values+coeffs".
 DTYPES = [s.values if s.values == s.coeffs else f"{s.values}+{s.coeffs}" for s in STORAGES.values()
-          if not s.values.startswith("complex")]
+          if not s.values.startswith("complex") and not s.log_coeffs]
 IMPLS = ["linrec", "triton.pipe", "linrec_hop", "accelerated_scan"]  # those implementations() may find
 PROG = "python -m linrec.bench"
 
@@ -164,9 +164,9 @@ def parse_storage(name: str):
 
 
 def run(dtypes, reps, max_hop_elems, only, impls, options=False):
-    """(copy bandwidth, rows): every case of `dtypes` whose name contains `only`, for `impls`
-    (name -> function; a case may name its own) and the baselines; with `options` the
-    log_coeffs and cu_seqlens cases too."""
+    """(copy bandwidth, rows): every case of `dtypes` whose name contains one of `only` (every
+    case if it is empty), for `impls` (name -> function; a case may name its own) and the
+    baselines; with `options` the log_coeffs and cu_seqlens cases too."""
     props = torch.cuda.get_device_properties(0)
     sms, l2_bytes = props.multi_processor_count, props.L2_cache_size
     copy = copy_bandwidth_gbs()
@@ -179,7 +179,7 @@ def run(dtypes, reps, max_hop_elems, only, impls, options=False):
     for dtype_name in dtypes:
         values, coeffs = parse_storage(dtype_name)
         for case in itertools.chain(cases(sms), option_cases(sms) if options else ()):
-            if only and only not in case["name"]:
+            if only and not any(text in case["name"] for text in only):
                 continue
             case_impls = case.get("impls", impls)
             x = torch.randn(case["shape"], device="cuda").to(values)
@@ -290,7 +290,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reps", type=_cli.positive_int, default=20, help="samples per figure (default: 20)")
     parser.add_argument("--max-hop-elems", type=_cli.positive_int, default=2**24,
                         help="skip linrec_hop above this size (default: 2^24)")
-    parser.add_argument("--only", default="", help="run the cases whose name contains this")
+    parser.add_argument("--only", nargs="+", default=[], metavar="TEXT",
+                        help="run the cases whose name contains one of these")
     parser.add_argument("--impls", nargs="+", default=None, choices=IMPLS, metavar="IMPL",
                         help=f"time only these of {', '.join(IMPLS)} (default: those importable; "
                              "the torch baselines always run)")

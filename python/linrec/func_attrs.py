@@ -30,12 +30,13 @@ def collect():
         for storage_name in family.storages:
             storage = STORAGES[storage_name]
             configs = ([None] if not family.has_configs else
-                       [tuple(c) for c in linrec._C_cuda.compiled_configs(family.id, storage.values, storage.coeffs)])
+                       [tuple(c) for c in linrec._C_cuda.compiled_configs(family.id, storage.values, storage.coeffs,
+                                                                           storage.log_coeffs)])
             for backward in (False, True):
                 for config in configs:
                     for suffix, variant in VARIANTS.items():
                         attrs = linrec._C_cuda.func_attrs(family.id, storage.values, storage.coeffs, backward,
-                                                          variant, *(config or (0, 0, 0, 0)))
+                                                          variant, *(config or (0, 0, 0, 0)), storage.log_coeffs)
                         if attrs is not None:
                             rows.append(dict(kernel=kind + suffix, storage=storage_name, backward=backward,
                                              config=config, **attrs))

@@ -63,7 +63,7 @@ inline std::array<SlotData, kNumBwdSlots> slot_data(const BackwardParams& p) {
 // pointers aligned.
 template <typename S, int E, int K, typename Params>
 bool aligned_rows(const Params& p, AlignedRows<K>& rows) {
-  if (p.index.num_dims > 1 || p.seq_len % E != 0) return false;
+  if (p.index.num_dims > 1 || p.seq_len % E != 0 || p.cuts != nullptr) return false;  // rows kernels cut nothing
   const std::array<SlotData, K> slots = slot_data(p);
   for (int t = 0; t < K; ++t) {
     const int64_t row = p.index.num_dims == 1 ? p.index.seq_strides[t][0] : 0;

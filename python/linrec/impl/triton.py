@@ -18,7 +18,8 @@ against the forward direction over d_outputs, with the coefficients one forward
 step later, then d_coeffs = d_inputs * (outputs one forward step earlier).
 Arithmetic is float64 for float64 storage, float32 otherwise. With LOG_COEFFS the
 coefficient tensor holds log c: each load takes exp, and d_coeffs is that of log c,
-c * d_coeffs (c loaded once more, at the step itself).
+c * d_coeffs (c loaded once more, at the step itself). With HAS_CUTS (packed sequences),
+a flag a step: the coefficient of a flagged step is 0, and so is its gradient.
 """
 
 from __future__ import annotations
@@ -60,10 +61,10 @@ def _seq_base(pid, n_inner, s_outer, s_inner):
 
 
 @triton.jit
-def _fwd_kernel(x_ptr, c_ptr, y_ptr, h0_ptr, L, n_inner,
+def _fwd_kernel(x_ptr, c_ptr, y_ptr, h0_ptr, cuts_ptr, L, n_inner,
                 sx0, sx1, sxl, sc0, sc1, scl, sy0, sy1, syl, sh0, sh1,
                 HAS_INITIAL: tl.constexpr, REVERSE: tl.constexpr, BLOCK: tl.constexpr,
-                PIPE: tl.constexpr, LOG_COEFFS: tl.constexpr):
+                PIPE: tl.constexpr, LOG_COEFFS: tl.constexpr, HAS_CUTS: tl.constexpr):
     pid = tl.program_id(0)
     x_ptr += _seq_base(pid, n_inner, sx0, sx1)
     c_ptr += _seq_base(pid, n_inner, sc0, sc1)
@@ -81,6 +82,8 @@ def _fwd_kernel(x_ptr, c_ptr, y_ptr, h0_ptr, L, n_inner,
         c = _widen(tl.load(c_ptr + l * scl, mask=mask, other=0.0 if LOG_COEFFS else 1.0))
         if LOG_COEFFS:  # coeffs holds log c (exp(0) = 1 past the end)
             c = tl.exp(c)
+        if HAS_CUTS:  # a segment begins at l: the recurrence is cut there
+            c = tl.where(tl.load(cuts_ptr + l, mask=mask, other=0) != 0, 0.0, c)
         cum_c, y = tl.associative_scan((c, x), axis=0, combine_fn=_combine)
         y = y + cum_c * carry
         tl.store(y_ptr + l * syl, y.to(y_ptr.dtype.element_ty), mask=mask)
@@ -88,11 +91,11 @@ def _fwd_kernel(x_ptr, c_ptr, y_ptr, h0_ptr, L, n_inner,
 
 
 @triton.jit
-def _bwd_kernel(dy_ptr, c_ptr, y_ptr, h0_ptr, dx_ptr, dc_ptr, dh0_ptr, L, n_inner,
+def _bwd_kernel(dy_ptr, c_ptr, y_ptr, h0_ptr, dx_ptr, dc_ptr, dh0_ptr, cuts_ptr, L, n_inner,
                 sg0, sg1, sgl, sc0, sc1, scl, sy0, sy1, syl, sh0, sh1,
                 sdx0, sdx1, sdxl, sdc0, sdc1, sdcl, sdh0, sdh1,
                 HAS_INITIAL: tl.constexpr, REVERSE: tl.constexpr, BLOCK: tl.constexpr,
-                PIPE: tl.constexpr, LOG_COEFFS: tl.constexpr):
+                PIPE: tl.constexpr, LOG_COEFFS: tl.constexpr, HAS_CUTS: tl.constexpr):
     pid = tl.program_id(0)
     dy_ptr += _seq_base(pid, n_inner, sg0, sg1)
     c_ptr += _seq_base(pid, n_inner, sc0, sc1)
@@ -117,6 +120,8 @@ def _bwd_kernel(dy_ptr, c_ptr, y_ptr, h0_ptr, dx_ptr, dc_ptr, dh0_ptr, L, n_inne
         c_next = _widen(tl.load(c_ptr + nxt * scl, mask=nxt_ok, other=0.0))
         if LOG_COEFFS:
             c_next = tl.where(nxt_ok, tl.exp(c_next), 0.0)
+        if HAS_CUTS:
+            c_next = tl.where(tl.load(cuts_ptr + nxt, mask=nxt_ok, other=0) != 0, 0.0, c_next)
         c_next = tl.where(mask, c_next, 1.0)
         cum_c, dx = tl.associative_scan((c_next, g), axis=0, combine_fn=_combine)
         dx = dx + cum_c * carry
@@ -128,6 +133,8 @@ def _bwd_kernel(dy_ptr, c_ptr, y_ptr, h0_ptr, dx_ptr, dc_ptr, dh0_ptr, L, n_inne
         dc = dx * y_prev
         if LOG_COEFFS:  # the gradient of log c: times c
             dc = dc * tl.exp(_widen(tl.load(c_ptr + l * scl, mask=mask, other=0.0)))
+        if HAS_CUTS:  # a cut coefficient is not used
+            dc = tl.where(tl.load(cuts_ptr + l, mask=mask, other=0) != 0, 0.0, dc)
         tl.store(dc_ptr + l * sdcl, dc.to(dc_ptr.dtype.element_ty), mask=mask)
         carry = tl.sum(tl.where(offs == BLOCK - 1, dx, 0.0), axis=0, keep_dims=True)
     # After the last block the carry is d_inputs at the forward direction's first step.
@@ -185,7 +192,8 @@ def _check_tile_length(L):
 
 @triton_op("linrec::triton_fwd", mutates_args={})
 def triton_fwd(inputs: torch.Tensor, coeffs: torch.Tensor, initial: torch.Tensor | None, dim: int,
-               reverse: bool, pipe: bool, log_coeffs: bool = False) -> torch.Tensor:
+               reverse: bool, pipe: bool, log_coeffs: bool = False,
+               cuts: torch.Tensor | None = None) -> torch.Tensor:
     outputs = torch.empty_like(inputs)
     L = inputs.shape[dim]
     if inputs.numel() == 0:
@@ -193,8 +201,9 @@ def triton_fwd(inputs: torch.Tensor, coeffs: torch.Tensor, initial: torch.Tensor
     (x, _), (c, _), (y, y_is_view) = (_seq_view(t, dim) for t in (inputs, coeffs, outputs))
     h0 = _seq_view(initial, dim, state=True)[0] if initial is not None else x[:, :, 0]
     n = x.shape[0] * x.shape[1]
-    args = (x, c, y, h0, L, x.shape[1], *_strides((x, c, y), 3), *_strides((h0,), 2))
-    flags = dict(HAS_INITIAL=initial is not None, REVERSE=reverse, LOG_COEFFS=log_coeffs)
+    flags_at = x if cuts is None else cuts.view(torch.uint8)  # any pointer when there are no cuts
+    args = (x, c, y, h0, flags_at, L, x.shape[1], *_strides((x, c, y), 3), *_strides((h0,), 2))
+    flags = dict(HAS_INITIAL=initial is not None, REVERSE=reverse, LOG_COEFFS=log_coeffs, HAS_CUTS=cuts is not None)
     _launch(_fwd_kernel, _fwd_autotuned, n, L, pipe, args, flags)
     _write_back([(outputs.movedim(dim, -1), y, y_is_view)])
     return outputs
@@ -213,7 +222,7 @@ def _bwd_outputs(d_outputs: torch.Tensor, dim: int, coeffs_dtype: torch.dtype):
 
 @triton_op("linrec::triton_bwd", mutates_args={})
 def triton_bwd(d_outputs: torch.Tensor, coeffs: torch.Tensor, outputs: torch.Tensor, initial: torch.Tensor | None,
-               dim: int, reverse: bool, pipe: bool, log_coeffs: bool = False
+               dim: int, reverse: bool, pipe: bool, log_coeffs: bool = False, cuts: torch.Tensor | None = None
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     d_inputs, d_coeffs, d_initial, nothing_to_scan = _bwd_outputs(d_outputs, dim, coeffs.dtype)
     if nothing_to_scan:
@@ -224,9 +233,10 @@ def triton_bwd(d_outputs: torch.Tensor, coeffs: torch.Tensor, outputs: torch.Ten
     dh0, dh0_is_view = _seq_view(d_initial, dim, state=True)
     h0 = _seq_view(initial, dim, state=True)[0] if initial is not None else dh0
     n = g.shape[0] * g.shape[1]
-    args = (g, c, y, h0, dx, dc, dh0, L, g.shape[1], *_strides((g, c, y), 3), *_strides((h0,), 2),
-            *_strides((dx, dc), 3), *_strides((dh0,), 2))
-    flags = dict(HAS_INITIAL=initial is not None, REVERSE=reverse, LOG_COEFFS=log_coeffs)
+    flags_at = g if cuts is None else cuts.view(torch.uint8)  # any pointer when there are no cuts
+    args = (g, c, y, h0, dx, dc, dh0, flags_at, L, g.shape[1], *_strides((g, c, y), 3),
+            *_strides((h0,), 2), *_strides((dx, dc), 3), *_strides((dh0,), 2))
+    flags = dict(HAS_INITIAL=initial is not None, REVERSE=reverse, LOG_COEFFS=log_coeffs, HAS_CUTS=cuts is not None)
     _launch(_bwd_kernel, _bwd_autotuned, n, L, pipe, args, flags)
     _write_back([(d_inputs.movedim(dim, -1), dx, dx_is_view), (d_coeffs.movedim(dim, -1), dc, dc_is_view),
                  (d_initial, dh0, dh0_is_view)])
@@ -234,8 +244,8 @@ def triton_bwd(d_outputs: torch.Tensor, coeffs: torch.Tensor, outputs: torch.Ten
 
 
 def _setup_context(ctx, inputs, output):
-    _, coeffs, initial, dim, reverse, pipe, log_coeffs = inputs
-    ctx.config = (dim, reverse, pipe, log_coeffs)
+    _, coeffs, initial, dim, reverse, pipe, log_coeffs, cuts = inputs
+    ctx.config = (dim, reverse, pipe, log_coeffs, cuts)
     ctx.has_initial = initial is not None
     ctx.save_for_backward(coeffs, output, initial)
 
@@ -243,13 +253,13 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, d_outputs):
     coeffs, outputs, initial = ctx.saved_tensors
     if torch.is_grad_enabled():  # create_graph=True: a backward autograd can differentiate again
-        dim, reverse, pipe, log_coeffs = ctx.config
+        dim, reverse, pipe, log_coeffs, cuts = ctx.config
         d_inputs, d_coeffs, d_initial = backward_by_scans(
             lambda x, c, d, r: triton_fwd(x, c, None, d, r, pipe), d_outputs, coeffs, outputs, initial,
-            dim % outputs.dim(), reverse, log_coeffs)
+            dim % outputs.dim(), reverse, log_coeffs, cuts)
     else:
         d_inputs, d_coeffs, d_initial = triton_bwd(d_outputs, coeffs, outputs, initial, *ctx.config)
-    return d_inputs, d_coeffs, (d_initial if ctx.has_initial else None), None, None, None, None
+    return d_inputs, d_coeffs, (d_initial if ctx.has_initial else None), None, None, None, None, None
 
 
 triton_fwd.register_autograd(_backward, setup_context=_setup_context)
