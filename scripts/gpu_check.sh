@@ -35,6 +35,9 @@ out=${1:-${OUT:-results}}
 shift || true
 steps=${*:-tests attrs main sanitizer bench}
 repo=$(pwd)
+# Absolute wheel paths: the steps run from /tmp.
+[ -n "${LINREC_WHEEL:-}" ] && LINREC_WHEEL=$(realpath "$LINREC_WHEEL")
+[ -n "${BEFORE_WHEEL:-}" ] && BEFORE_WHEEL=$(realpath "$BEFORE_WHEEL")
 mkdir -p "$out"
 out=$(cd "$out" && pwd)  # the steps run from /tmp or the repository root
 export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} MAX_JOBS=${MAX_JOBS:-16}

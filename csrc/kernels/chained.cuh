@@ -223,17 +223,24 @@ __global__ void __launch_bounds__(NT) chained_kernel(const Params p) {
   load_tile<C.memcode>(cs, b.c, es[B::kC], b.start, b.len, Acc(1), smem);
 
   const CutAt cut{p.cuts, b.len};
+  CutFlags<E> cuts;
+  cuts.load(cut, b.start + static_cast<int64_t>(threadIdx.x) * E);
+  cuts.apply(cs);
   if constexpr (!kBackward) {
-    zero_cut(cs, cut, b.start + static_cast<int64_t>(threadIdx.x) * E);
     scan_chained_tile<E, NT>(vs, cs, b.rev, storage, b, b.initial);
     store_tile<C.memcode>(static_cast<T*>(p.outputs) + b.off[kFwdOutputs], es[kFwdOutputs], vs, b.start, b.len, smem);
   } else {
+    Acc own_cs[E];  // log storage: the coefficients at their own steps, for the gradient of log c
+    if constexpr (kIsLog<Tc>) {
+#pragma unroll
+      for (int i = 0; i < E; ++i) own_cs[i] = cs[i];
+    }
     const Acc first_coeff = shift_bwd_coeffs(cs, b.c, es[B::kC], cut, b.start, b.len, p.reverse);
     scan_chained_tile<E, NT>(vs, cs, b.rev, storage, b, Acc(0));
     store_tile<C.memcode>(static_cast<T*>(p.d_inputs) + b.off[kBwdDInputs], es[kBwdDInputs], vs, b.start, b.len, smem);
     store_bwd_coeffs<C.memcode>(vs, static_cast<const T*>(p.outputs) + b.off[kBwdOutputs], es[kBwdOutputs],
-                                static_cast<Tc*>(p.d_coeffs) + b.off[kBwdDCoeffs], es[kBwdDCoeffs], b.c, es[B::kC],
-                                cut, b.start, b.len, p.reverse, b.initial, first_coeff, static_cast<T*>(p.d_initial) + b.off[kBwdDInitial],
+                                static_cast<Tc*>(p.d_coeffs) + b.off[kBwdDCoeffs], es[kBwdDCoeffs], own_cs, cuts,
+                                b.start, b.len, p.reverse, b.initial, first_coeff, static_cast<T*>(p.d_initial) + b.off[kBwdDInitial],
                                 smem);
   }
 }
@@ -292,10 +299,16 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
       const int64_t before = p.reverse ? b.start + kTileLen : b.start - 1;  // prev() of its first
       edge_c = after >= 0 && after < b.len && !cut(after) ? conj(to_acc<Acc>(b.c[after * es[B::kC]])) : Acc(0);
       edge_y = before >= 0 && before < b.len ? to_acc<Acc>(y[before * es[kBwdOutputs]]) : b.initial;
+      if (cut(p.reverse ? b.start + kTileLen - 1 : b.start)) edge_y = Acc(0);  // the tile's first step is cut
     }
   }
   cp_async_wait<0>();
   __syncthreads();
+  if (p.cuts != nullptr) {  // packed sequences: cut steps' coefficients read as 0, set in the staged tile
+    for (int e = threadIdx.x; e < kTileLen; e += NT)
+      if (cut(b.start + e)) staged_at<Tc, E>(tile_c, e) = stored_value<Tc>(Acc(0));
+    __syncthreads();
+  }
   if constexpr (!kBackward) prefetch_later_tile<kTileLen>(p, b);
 
   // Threads read and write their rows 16 bytes at a time: with the rows'
@@ -320,7 +333,6 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
       for (int i = 0; i < kCoeffsPerWord; ++i)
         a[w * kCoeffsPerWord + i] = kBackward ? conj(to_acc<Acc>(cs[i])) : to_acc<Acc>(cs[i]);
     }
-    zero_cut(a, cut, b.start + row + j * kChunk);
   };
   // The backward scan's coefficient at l is coeffs[next(l)], and next(l) is
   // the element it visits just before l: the walk passes each coefficient on
@@ -331,7 +343,7 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
   Acc row_entry_c = Acc(0);
   if constexpr (kBackward) {
     const int next = p.reverse ? row - 1 : row + E;
-    if (b.start + next >= 0 && b.start + next < b.len && !cut(b.start + next))
+    if (b.start + next >= 0 && b.start + next < b.len)
       row_entry_c = next >= 0 && next < kTileLen ? conj(to_acc<Acc>(staged_at<Tc, E>(tile_c, next))) : edge_c;
   }
   auto chunk_values = [&](int j, Acc (&x)[kChunk]) {
@@ -410,6 +422,13 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
     store_staged_tile<E, NT>(static_cast<T*>(p.d_inputs) + b.off[kBwdDInputs], es[kBwdDInputs], tile_v, b.start, b.len);
     cp_async_wait<0>();
     __syncthreads();
+    if (p.cuts != nullptr) {  // a cut step's gradient is 0: the output before it reads as 0
+      for (int e = threadIdx.x; e < kTileLen; e += NT) {
+        const int prev = e - static_cast<int>(fwd_step);
+        if (prev >= 0 && prev < kTileLen && cut(b.start + e)) staged_at<T, E>(tile_y, prev) = from_acc<T>(Acc(0));
+      }
+      __syncthreads();
+    }
     Tc* dc = static_cast<Tc*>(p.d_coeffs) + b.off[kBwdDCoeffs];
     // y_prev(e): the forward's output one forward step before tile element e.
     auto y_prev = [&](int e) {
@@ -441,7 +460,7 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
           Acc grad = to_acc<Acc>(g[i]) * conj(b.start + e0 + i == first ? b.initial : yp[i]);
           // Log storage: the coefficients' tile is gone (tile_y took its place); read again from L2.
           if constexpr (kIsLog<Tc>) grad = coeff_grad<Tc>(grad, to_acc<Acc>(b.c[(b.start + e0 + i) * es[B::kC]]));
-          reinterpret_cast<Tc*>(out)[i] = from_acc<Tc>(cut(b.start + e0 + i) ? Acc(0) : grad);
+          reinterpret_cast<Tc*>(out)[i] = from_acc<Tc>(grad);
         }
 #pragma unroll
         for (int w = 0; w < kCoeffWords; ++w) reinterpret_cast<uint4*>(dc + b.start + e0)[w] = out[w];
@@ -453,7 +472,7 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
         const Acc g = to_acc<Acc>(staged_at<T, E>(tile_v, e));
         Acc grad = g * conj(pos == first ? b.initial : y_prev(e));
         if constexpr (kIsLog<Tc>) grad = coeff_grad<Tc>(grad, to_acc<Acc>(b.c[pos * es[B::kC]]));
-        dc[pos * es[kBwdDCoeffs]] = from_acc<Tc>(cut(pos) ? Acc(0) : grad);
+        dc[pos * es[kBwdDCoeffs]] = from_acc<Tc>(grad);
       }
     }
     if (threadIdx.x == 0 && first >= b.start && first < b.start + kTileLen)

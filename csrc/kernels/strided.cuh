@@ -170,6 +170,26 @@ struct StridedThread {  // kLaneGroups: strided_layout's slices_per_warp > 1
   __device__ __forceinline__ int64_t pos(int64_t q) const { return rev ? len - 1 - q : q; }
 };
 
+// Packed sequences: bit i set where the slice's scan step first_q + i - lag is cut. The
+// slice's steps are E consecutive positions, read as one run of flags (CutFlags) in
+// either direction; a flag a step made every step a load.
+template <int E, typename Thread>
+__device__ __forceinline__ typename CutFlags<E>::Bits slice_cuts(const Thread& t, CutAt cut, int lag) {
+  CutFlags<E> run;
+  if (!t.rev) {
+    run.load(cut, t.first_q);
+  } else {
+    run.load(cut, t.len - t.first_q - E);
+    run.reverse();
+  }
+  auto bits = run.bits;
+  if (lag) {
+    bits <<= 1;
+    if (t.first_q >= 1 && cut(t.pos(t.first_q - 1))) bits |= 1u;
+  }
+  return bits;
+}
+
 template <int E, int NT, int V, bool kBackward, bool kLaneGroups, typename Params>
 __device__ __forceinline__ StridedThread<E, NT, V, kBackward, kLaneGroups> strided_thread(const Params& p) {
   using Thread = StridedThread<E, NT, V, kBackward, kLaneGroups>;
@@ -332,12 +352,20 @@ __global__ void __launch_bounds__(NT) strided_kernel(const Params p) {
 #pragma unroll
       for (int j = 0; j < V; ++j) v[i][j] = Acc(0), a[i][j] = Acc(1);
       if (in) load_channels<V>(v[i], v_ptr + t.pos(q) * sv);
-      if (in && cq >= 0 && !cut(t.pos(cq))) load_channels<V>(a[i], c_ptr + t.pos(cq) * sc);
-      if (in && cq >= 0 && cut(t.pos(cq))) {
-#pragma unroll
-        for (int j = 0; j < V; ++j) a[i][j] = Acc(0);
-      }
+      if (in && cq >= 0) load_channels<V>(a[i], c_ptr + t.pos(cq) * sc);
       conj_in_backward<kBackward>(a[i]);
+    }
+    // Packed sequences: cut steps' coefficients read as 0. A test inside the loop above
+    // slowed the loads of every call, cut or not.
+    if (p.cuts != nullptr) {
+      const auto cuts = slice_cuts<E>(t, cut, kBackward ? 1 : 0);
+#pragma unroll
+      for (int i = 0; i < E; ++i) {
+        if (t.first_q + i < t.len && ((cuts >> i) & 1u)) {
+#pragma unroll
+          for (int j = 0; j < V; ++j) a[i][j] = Acc(0);
+        }
+      }
     }
   };
   Acc v[E][V], a[E][V];
@@ -395,9 +423,15 @@ __global__ void __launch_bounds__(NT) strided_kernel(const Params p) {
 #pragma unroll
         for (int j = 0; j < V; ++j) a[i][j] = q < t.len ? coeff_grad<Tc>(a[i][j], c_here[j]) : a[i][j];
       }
-      if (q < t.len && cut(t.pos(q))) {
+    }
+    if (p.cuts != nullptr) {  // a cut step's coefficient is not used: its gradient is 0
+      const auto cuts = slice_cuts<E>(t, cut, 0);
 #pragma unroll
-        for (int j = 0; j < V; ++j) a[i][j] = Acc(0);
+      for (int i = 0; i < E; ++i) {
+        if (t.first_q + i < t.len && ((cuts >> i) & 1u)) {
+#pragma unroll
+          for (int j = 0; j < V; ++j) a[i][j] = Acc(0);
+        }
       }
     }
     Acc last_coeff[V];
@@ -499,13 +533,17 @@ __global__ void __launch_bounds__(NT) strided_staged_kernel(const Params p) {
   const Tc* c_ptr = static_cast<const Tc*>(p.coeffs) + t.off[0][Thread::kC];
   const CutAt cut{p.cuts, t.len};
   constexpr int kCoeffLag = kBackward ? 1 : 0;
-  // The scan's coefficients of slot i, as staged, cut (scan step first_q + i - kCoeffLag).
-  auto slot_coeffs = [&](int i, Acc (&a)[V]) {
-    StagedC::read(a, slot_c(i));
-    const int64_t cq = t.first_q + i - kCoeffLag;
-    if (cq >= 0 && cut(t.pos(cq))) {
+  // Packed sequences: a cut step reads as 0 from its slot, written over the staged value once
+  // the copies have landed (each thread its own slots: no barrier), so that the loops below
+  // test nothing. `zero` is the coefficient, or (backward) the previous output, read as 0.
+  auto cut_slots = [&](auto slot, int lag, auto zero) {
+    if (p.cuts == nullptr) return;
+    const auto cuts = slice_cuts<E>(t, cut, lag);
+    for (int i = 0; i < E; ++i) {
+      if (t.first_q + i < t.len && ((cuts >> i) & 1u)) {
 #pragma unroll
-      for (int j = 0; j < V; ++j) a[j] = Acc(0);
+        for (int j = 0; j < V; ++j) slot(i)->v[j] = zero;
+      }
     }
   };
 
@@ -537,11 +575,12 @@ __global__ void __launch_bounds__(NT) strided_staged_kernel(const Params p) {
   Acc slice_y[V], slice_c[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) slice_y[j] = Acc(0), slice_c[j] = Acc(1);
+  cut_slots(slot_c, kCoeffLag, stored_value<Tc>(Acc(0)));
 #pragma unroll 4
   for (int i = 0; i < E; ++i) {
     Acc v[V], a[V];
     Staged::read(v, slot_v(i));
-    slot_coeffs(i, a);
+    StagedC::read(a, slot_c(i));
     conj_in_backward<kBackward>(a);
     fold_step(slice_y, slice_c, a, v);
   }
@@ -561,7 +600,7 @@ __global__ void __launch_bounds__(NT) strided_staged_kernel(const Params p) {
     for (int i = 0; i < steps; ++i, y_at += so) {
       Acc v[V], a[V];
       Staged::read(v, slot_v(i));
-      slot_coeffs(i, a);
+      StagedC::read(a, slot_c(i));
       scan_step(state, a, v);
       store_channels<V>(y_at, state);
     }
@@ -576,11 +615,12 @@ __global__ void __launch_bounds__(NT) strided_staged_kernel(const Params p) {
     Tc* dc_at = static_cast<Tc*>(p.d_coeffs) + t.off[0][kBwdDCoeffs] + t.pos(t.first_q) * es[kBwdDCoeffs];
     const Tc* c_here = c_ptr + t.pos(t.first_q) * es[Thread::kC];  // log storage: c at the step itself
     cp_async_wait<0>();
+    cut_slots(slot_y, 0, from_acc<T>(Acc(0)));
 #pragma unroll 4
     for (int i = 0; i < steps; ++i, dx_at += sx, dc_at += sdc, c_here += sc) {
       Acc v[V], a[V], y_prev[V];
       Staged::read(v, slot_v(i));
-      slot_coeffs(i, a);
+      StagedC::read(a, slot_c(i));
       Staged::read(y_prev, slot_y(i));
       const bool last = t.first_q + i == t.len - 1;
       conj_in_backward<kBackward>(a);
@@ -592,10 +632,6 @@ __global__ void __launch_bounds__(NT) strided_staged_kernel(const Params p) {
         load_channels<V>(c_now, c_here);
 #pragma unroll
         for (int j = 0; j < V; ++j) y_prev[j] = coeff_grad<Tc>(y_prev[j], c_now[j]);
-      }
-      if (cut(t.pos(t.first_q + i))) {
-#pragma unroll
-        for (int j = 0; j < V; ++j) y_prev[j] = Acc(0);
       }
       store_channels<V>(dx_at, state);
       store_channels<V>(dc_at, y_prev);

@@ -15,6 +15,7 @@ On a machine without a GPU both fall back to the host clock.
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 import torch
@@ -76,8 +77,9 @@ def device_ms(fn, reps=20, inner=10, warmup=3) -> float:
         with torch.cuda.graph(graph):
             for _ in range(inner):
                 fn()
-    except RuntimeError:
+    except RuntimeError as error:
         torch.cuda.synchronize()
+        print(f"linrec: timed eagerly, the CUDA graph capture failed: {error}", file=sys.stderr)
         return eager_ms(fn, reps, inner, warmup=0)
     graph.replay()
     ms = _median_of_samples(graph.replay, reps, inner)

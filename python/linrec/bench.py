@@ -43,6 +43,7 @@ GRID_LENGTHS = [2**k for k in range(4, 17)]
 DTYPES = [s.values if s.values == s.coeffs else f"{s.values}+{s.coeffs}" for s in STORAGES.values()
           if not s.values.startswith("complex") and not s.log_coeffs]
 IMPLS = ["linrec", "triton.pipe", "linrec_hop", "accelerated_scan"]  # those implementations() may find
+WAITS_FOR_DEVICE = {"linrec_hop"}  # reads a tensor's values on the host: no CUDA graph
 PROG = "python -m linrec.bench"
 
 
@@ -135,8 +136,10 @@ def input_sets(x, c, backward, l2_bytes):
     return [(a.detach().requires_grad_(), b.detach().requires_grad_(), torch.randn_like(a)) for a, b in sets]
 
 
-def time_case(fn, x, c, dim, backward, reps, l2_bytes):
-    """(device ms, eager ms) of fn forward, or forward+backward through autograd, on inputs cycled past L2."""
+def time_case(fn, x, c, dim, backward, reps, l2_bytes, capturable=True):
+    """(device ms, eager ms) of fn forward, or forward+backward through autograd, on inputs cycled past L2.
+    A function that waits for the device (not `capturable` in a CUDA graph) is timed eagerly in
+    both columns: a failed capture leaves torch's CUDA generator unusable (torch 2.11)."""
     sets = input_sets(x, c, backward, l2_bytes)
     turn = itertools.cycle(sets)
     # Each call's results stay alive until the cycle comes back to its inputs, so the calls of
@@ -152,7 +155,8 @@ def time_case(fn, x, c, dim, backward, reps, l2_bytes):
             held.append(torch.autograd.grad(fn(a, b, dim=dim), (a, b), dy))
 
     inner = len(sets) * -(-10 // len(sets))  # whole cycles, at least 10 calls a sample
-    times = device_ms(step, reps=reps, inner=inner), eager_ms(step, reps=reps, inner=inner)
+    eager = eager_ms(step, reps=reps, inner=inner)
+    times = (device_ms(step, reps=reps, inner=inner) if capturable else eager), eager
     held.clear()
     return times
 
@@ -206,7 +210,7 @@ def run(dtypes, reps, max_hop_elems, only, impls, options=False):
                         if name == "linrec_hop" and (x.numel() > max_hop_elems or rnd is again):
                             continue
                         runs.setdefault((backward, name), []).append(
-                            time_case(fn, x, c, case["dim"], backward, reps, l2_bytes))
+                            time_case(fn, x, c, case["dim"], backward, reps, l2_bytes, name not in WAITS_FOR_DEVICE))
 
             for rnd in (first, again):
                 if rnd is again:
