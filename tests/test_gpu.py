@@ -728,6 +728,7 @@ def test_workspace_new_inputs(case, graph):
 def test_current_stream_is_used():
     x, c = inputs((64, 5000), torch.float32)
     s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())  # x and c are written on the default stream
     with torch.cuda.stream(s):
         y = linrec.linrec(x, c)
     s.synchronize()

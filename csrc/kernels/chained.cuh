@@ -240,8 +240,8 @@ __global__ void __launch_bounds__(NT) chained_kernel(const Params p) {
     store_tile<C.memcode>(static_cast<T*>(p.d_inputs) + b.off[kBwdDInputs], es[kBwdDInputs], vs, b.start, b.len, smem);
     store_bwd_coeffs<C.memcode>(vs, static_cast<const T*>(p.outputs) + b.off[kBwdOutputs], es[kBwdOutputs],
                                 static_cast<Tc*>(p.d_coeffs) + b.off[kBwdDCoeffs], es[kBwdDCoeffs], own_cs, cuts,
-                                b.start, b.len, p.reverse, b.initial, first_coeff, static_cast<T*>(p.d_initial) + b.off[kBwdDInitial],
-                                smem);
+                                b.start, b.len, p.reverse, b.initial, first_coeff,
+                                static_cast<T*>(p.d_initial) + b.off[kBwdDInitial], smem);
   }
 }
 
@@ -304,9 +304,15 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
   }
   cp_async_wait<0>();
   __syncthreads();
-  if (p.cuts != nullptr) {  // packed sequences: cut steps' coefficients read as 0, set in the staged tile
-    for (int e = threadIdx.x; e < kTileLen; e += NT)
-      if (cut(b.start + e)) staged_at<Tc, E>(tile_c, e) = stored_value<Tc>(Acc(0));
+  // Packed sequences: cut steps' coefficients read as 0, written into the staged tile (each
+  // thread its own row, its flags one vector access; a barrier, as rows read a neighbour's).
+  CutFlags<E> row_cuts;
+  if (p.cuts != nullptr) {
+    row_cuts.load(cut, b.start + static_cast<int64_t>(threadIdx.x) * E);
+#pragma unroll
+    for (int i = 0; i < E; ++i)
+      if ((row_cuts.bits >> i) & 1u)
+        staged_at<Tc, E>(tile_c, static_cast<int>(threadIdx.x) * E + i) = stored_value<Tc>(Acc(0));
     __syncthreads();
   }
   if constexpr (!kBackward) prefetch_later_tile<kTileLen>(p, b);
@@ -423,9 +429,11 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
     cp_async_wait<0>();
     __syncthreads();
     if (p.cuts != nullptr) {  // a cut step's gradient is 0: the output before it reads as 0
-      for (int e = threadIdx.x; e < kTileLen; e += NT) {
-        const int prev = e - static_cast<int>(fwd_step);
-        if (prev >= 0 && prev < kTileLen && cut(b.start + e)) staged_at<T, E>(tile_y, prev) = from_acc<T>(Acc(0));
+#pragma unroll
+      for (int i = 0; i < E; ++i) {
+        const int prev = static_cast<int>(threadIdx.x) * E + i - static_cast<int>(fwd_step);
+        if (((row_cuts.bits >> i) & 1u) && prev >= 0 && prev < kTileLen)
+          staged_at<T, E>(tile_y, prev) = from_acc<T>(Acc(0));
       }
       __syncthreads();
     }
