@@ -245,6 +245,21 @@ __global__ void __launch_bounds__(NT) chained_kernel(const Params p) {
   }
 }
 
+// Packed sequences, in a staged tile of E elements a thread: writes `zero` at element e - shift
+// of the tile for each cut element e of this thread's row (its flags one vector access, a loop
+// over the set ones). Out of line: inlined, the uncut backward paid for it (1 x 2^24 bf16 0.80
+// -> 0.69-0.76 of copy, H100, whether the row's loop was unrolled or not).
+template <typename V, int E, int NT>
+__device__ __noinline__ void cut_staged_row(unsigned char* tile, CutAt cut, int64_t tile_start, int shift, V zero) {
+  const int row_start = static_cast<int>(threadIdx.x) * E;
+  CutFlags<E> flags;
+  flags.load(cut, tile_start + row_start);
+  for (auto bits = static_cast<unsigned long long>(flags.bits); bits != 0; bits &= bits - 1) {
+    const int e = row_start + __ffsll(static_cast<long long>(bits)) - 1 - shift;
+    if (e >= 0 && e < E * NT) staged_at<V, E>(tile, e) = zero;
+  }
+}
+
 // The chained kernels with the tile staged in shared memory (MemCode::kStaged).
 // A block with its tile in registers holds E registers a tensor for the whole
 // of its life, most of which is the look-back (H100, 1 x 2^24 fp32: 6.7 of 9.2
@@ -304,19 +319,10 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
   }
   cp_async_wait<0>();
   __syncthreads();
-  // Packed sequences: cut steps' coefficients read as 0, written into the staged tile: each
-  // thread its own row, its flags one vector access, a loop over the set ones (the whole row
-  // unrolled slowed the uncut backward, 1 x 2^24 bf16 0.80 -> 0.69 of copy, H100); then a
-  // barrier, as rows read a neighbour's first element.
-  const int row_start = static_cast<int>(threadIdx.x) * E;
-  auto row_cuts = [&] {
-    CutFlags<E> flags;
-    flags.load(cut, b.start + row_start);
-    return static_cast<unsigned long long>(flags.bits);
-  };
+  // Packed sequences: cut steps' coefficients read as 0, written into the staged tile (then a
+  // barrier, as rows read a neighbour's first element).
   if (p.cuts != nullptr) {
-    for (auto bits = row_cuts(); bits != 0; bits &= bits - 1)
-      staged_at<Tc, E>(tile_c, row_start + __ffsll(static_cast<long long>(bits)) - 1) = stored_value<Tc>(Acc(0));
+    cut_staged_row<Tc, E, NT>(tile_c, cut, b.start, 0, stored_value<Tc>(Acc(0)));
     __syncthreads();
   }
   if constexpr (!kBackward) prefetch_later_tile<kTileLen>(p, b);
@@ -433,10 +439,7 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
     cp_async_wait<0>();
     __syncthreads();
     if (p.cuts != nullptr) {  // a cut step's gradient is 0: the output before it reads as 0
-      for (auto bits = row_cuts(); bits != 0; bits &= bits - 1) {
-        const int prev = row_start + __ffsll(static_cast<long long>(bits)) - 1 - static_cast<int>(fwd_step);
-        if (prev >= 0 && prev < kTileLen) staged_at<T, E>(tile_y, prev) = from_acc<T>(Acc(0));
-      }
+      cut_staged_row<T, E, NT>(tile_y, cut, b.start, static_cast<int>(fwd_step), from_acc<T>(Acc(0)));
       __syncthreads();
     }
     Tc* dc = static_cast<Tc*>(p.d_coeffs) + b.off[kBwdDCoeffs];
