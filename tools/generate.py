@@ -42,7 +42,7 @@ class Storage:
         return self.values.startswith("complex")
 
     @property
-    def test(self) -> str:
+    def cpp_condition(self) -> str:
         """The C++ test that a runtime Storage `s` is this one."""
         log = "s.log_coeffs" if self.log_coeffs else "!s.log_coeffs"
         return f"(s.values == DType::{DTYPES[self.values]} && s.coeffs == DType::{DTYPES[self.coeffs]} && {log})"
@@ -182,7 +182,7 @@ def registry_header(storages: list[Storage], families: list[Family],
     """csrc/registry.h: host code's view (no CUDA, no torch)."""
     kinds = ", ".join(["kAuto = 0"] + [f"{f.kind} = {f.id}" for f in families])
     names = "\n".join(f'    case KernelKind::{f.kind}: return "{f.name}";' for f in families)
-    known = " ||\n         ".join(x.test for x in storages)
+    known = " ||\n         ".join(x.cpp_condition for x in storages)
     top = max(f.id for f in families)
     id_list = ", ".join(["0 auto"] + [f"{f.id} {f.name}" for f in families])
     configless = " || ".join(f"kind == KernelKind::{f.kind}" for f in families if f.default_config is None)
@@ -293,7 +293,7 @@ def families_header(storages: list[Storage], families: list[Family]) -> str:
             if f.workspace:
                 out.append(f"extern template int64_t Family<KernelKind::{f.kind}>::workspace_bytes<{s.cuda}>"
                            "(int64_t, int64_t, const TileConfig&);")
-    storage_cases = "\n".join(f"  if {x.test} return fn.template operator()<{x.cuda}>();" for x in storages)
+    storage_cases = "\n".join(f"  if {x.cpp_condition} return fn.template operator()<{x.cuda}>();" for x in storages)
     kind_cases = "\n".join(f"    case KernelKind::{f.kind}: return fn.template operator()<KernelKind::{f.kind}>();"
                            for f in families)
     out += ["", "// Calls fn.template operator()<S>() with the kernels' storage parameter of `s`.",
@@ -308,7 +308,7 @@ def families_header(storages: list[Storage], families: list[Family]) -> str:
 
 
 def cpu_header(storages: list[Storage], selective: list[SelectiveStorage]) -> str:
-    cases = "\n".join(f"  if {x.test} return Fn<{x.cpu[0]}, {x.cpu[1]}>::run(p);" for x in storages)
+    cases = "\n".join(f"  if {x.cpp_condition} return Fn<{x.cpu[0]}, {x.cpu[1]}>::run(p);" for x in storages)
     selective_cases = "\n".join(
         f"  if (s.values == DType::{DTYPES[x.values]} && s.bc == DType::{DTYPES[x.bc]}) "
         f"return Fn<{x.cpu[0]}, {x.cpu[1]}>::run(p);" for x in selective)
