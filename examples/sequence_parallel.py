@@ -95,6 +95,7 @@ def main(argv=None):
         if step % 10 == 0 or step == args.steps - 1:
             print(f"step {step:4d}  loss over {dist.get_world_size()} ranks {sharded:.6f}  in one process {whole:.6f}",
                   flush=True)
+    dist.barrier()  # no rank closes its connections while another still uses them
     dist.destroy_process_group()
 
 

@@ -25,6 +25,7 @@ def _worker(rank, store_path, results):
                                                    "--dim", "8"]))
         if rank == 0:
             results.put(losses)
+        dist.barrier()  # rank 1 ends first; tearing gloo down under a busy peer has aborted a process
     finally:
         dist.destroy_process_group()
 

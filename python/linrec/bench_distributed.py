@@ -379,6 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 with open(args.json, "w") as f:
                     json.dump(dict(device=name, world_size=world, backend=backend, elements=args.elements,
                                    reps=args.reps, inner=args.inner, floor=FLOOR, **result), f, indent=1)
+        dist.barrier()  # no rank closes its connections while rank 0 still writes
     finally:
         dist.destroy_process_group()
     return 0
