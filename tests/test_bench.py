@@ -86,3 +86,76 @@ def test_packed_benchmark_segments():
     cu = long_and_short_segments(32768, 3, 2000)
     lengths = (cu[1:] - cu[:-1]).tolist()
     assert len(lengths) == 2003 and cu[-1] == 32768 and lengths[:3] == [8192] * 3 and min(lengths) > 0
+
+
+def test_check_floors_host_verdicts():
+    """A host bench file has one floor: CPU fwd+bwd time <= 1.2 x the reference chain's, a shape each;
+    forward passes and CUDA rows get no verdict."""
+    ref = "torch.cumsum(x * c)"
+
+    def row(case, impl, us, device="cpu", pass_="forward+backward"):
+        return dict(device=device, case=case, dtype="float32", pass_=pass_, impl=impl, us=us)
+
+    rows = [row("4 x 16", "linrec.linrec", 40.0), row("4 x 16", ref, 35.0),  # 1.14: meets
+            row("64 x 256", "linrec.linrec", 45.0), row("64 x 256", ref, 35.0),  # 1.29: misses
+            row("4 x 16", "linrec.linrec", 90.0, pass_="forward"), row("4 x 16", ref, 3.0, pass_="forward"),
+            row("4 x 16", "linrec.linrec", 90.0, device="cuda"), row("4 x 16", ref, 3.0, device="cuda")]
+    verdicts = check_floors.check_host({"kind": "host", "floor": 1.2, "reference": ref, "rows": rows})
+    assert {v["case"]: v["ok"] for v in verdicts} == {"host, CPU 4 x 16": True, "host, CPU 64 x 256": False}
+
+
+def test_host_bench_times_every_call(tmp_path):
+    """python -m linrec.bench --host on the CPU: a positive time for each (shape, pass, implementation),
+    the three passes of linrec.linrec and its reference, and a JSON file check-floors reads."""
+    from linrec import bench, bench_host
+
+    path = tmp_path / "host.json"
+    assert bench.main(["--host", "--reps", "3", "--json", str(path)]) == 0
+    data = __import__("json").loads(path.read_text())
+    cpu = [r for r in data["rows"] if r["device"] == "cpu"]
+    assert data["kind"] == "host" and all(r["us"] > 0 for r in cpu)
+    keys = {(r["case"], r["pass_"], r["impl"]) for r in cpu}
+    for case in bench_host.SHAPES:
+        for pass_ in ("forward", "forward (grad)", "forward+backward"):
+            assert (case, pass_, "linrec.linrec") in keys and (case, pass_, bench_host.REFERENCE) in keys
+    assert len(check_floors.check_host(data)) == len(bench_host.SHAPES)
+
+
+def test_check_floors_model_verdicts():
+    """A training-step bench file: linrec's step <= 1.02 x the stand-in's, a size each; peers get no verdict."""
+    ref = "elementwise stand-in"
+    rows = [dict(size="a", scan="linrec", ms=10.1), dict(size="a", scan=ref, ms=10.0),  # 1.01: meets
+            dict(size="b", scan="linrec", ms=11.0), dict(size="b", scan=ref, ms=10.0),  # 1.10: misses
+            dict(size="b", scan="accelerated_scan", ms=20.0)]
+    verdicts = check_floors.check_model({"kind": "model", "floor": 1.02, "reference": ref, "rows": rows})
+    assert {v["case"]: v["ok"] for v in verdicts} == {"step, a": True, "step, b": False}
+
+
+def test_model_bench_steps_train():
+    """The training-step bench on the CPU at a tiny size: a time for linrec and the stand-in; with
+    linrec the gradient reaches the gate and value layers of every block only through the scan's
+    backward, and the step lowers the loss."""
+    from linrec import bench_model
+
+    rows = bench_model.run(reps=2, inner=1, sizes={"tiny": (2, 9, 8)}, device="cpu",
+                           names=["linrec", bench_model.STAND_IN])
+    assert {r["scan"] for r in rows} == {"linrec", bench_model.STAND_IN} and all(r["ms"] > 0 for r in rows)
+    torch.manual_seed(0)
+    model = bench_model.GatedLinearRNN(8, layers=2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    x = torch.randn(2, 9, 8)
+    scan = bench_model.scans()["linrec"]
+
+    def loss():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return model(x, scan).float().square().mean()
+
+    loss().backward()
+    for block in model.blocks:
+        for layer in (block.gate, block.value):
+            assert torch.isfinite(layer.weight.grad).all() and layer.weight.grad.abs().sum() > 0
+    before = loss().item()
+    step = bench_model.training_step(model, optimizer, x, scan, "cpu")
+    for _ in range(10):
+        step()
+    assert loss().item() < before

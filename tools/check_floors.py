@@ -8,6 +8,9 @@ The floors, as fractions of the run's copy bandwidth or ratios to the same run's
   any other case           fwd >= 0.85 of copy, fwd+bwd >= 0.80 (few long sequences, channel-last)
 The same floors hold for every dtype, but for the 16-bit forward of few long sequences: 0.78
 (lowered 2026-11-27 after about 30 measured designs, docs/design/0006-chained-fixed-cost-bf16-forward.md).
+A `python -m linrec.bench --host --json` file has one floor: on CPU tensors, fwd+bwd host time
+<= 1.2 x torch.cumsum(x * c)'s, at every shape. A `--model --json` file has one too: linrec's
+training step <= 1.02 x the step with an elementwise stand-in for the scan, at every size.
 
 Usage: python -m tools check-floors benchmarks/bench_h100.json [--impl linrec]
 Exits 1 if any floor is missed.
@@ -53,14 +56,47 @@ def check(bench, impl="linrec"):
     return verdicts
 
 
+def check_host(bench, impl="linrec.linrec"):
+    """The host bench's verdicts: CPU fwd+bwd time against the reference chain's, a shape each."""
+    rows = {(r["device"], r["case"], r["pass_"], r["impl"]): r["us"] for r in bench["rows"]}
+    verdicts = []
+    for (device, case, pass_, name), us in rows.items():
+        if name != impl or device != "cpu" or pass_ != "forward+backward":
+            continue
+        figure = us / rows[(device, case, pass_, bench["reference"])]
+        verdicts.append(dict(case=f"host, CPU {case}", dtype="float32", backward=True, figure=figure,
+                             floor=bench["floor"], what=f"x {bench['reference']}'s time", ok=figure <= bench["floor"]))
+    return verdicts
+
+
+def check_model(bench):
+    """The training-step bench's verdicts: linrec's step time against the stand-in's, a size each."""
+    steps = {(r["size"], r["scan"]): r["ms"] for r in bench["rows"]}
+    verdicts = []
+    for (size, scan), ms in steps.items():
+        if scan != "linrec" or (size, bench["reference"]) not in steps:
+            continue
+        figure = ms / steps[(size, bench["reference"])]
+        verdicts.append(dict(case=f"step, {size}", dtype="bfloat16", backward=True, figure=figure,
+                             floor=bench["floor"], what=f"x the {bench['reference']}'s step", ok=figure <= bench["floor"]))
+    return verdicts
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools check-floors", description=__doc__.splitlines()[0])
     parser.add_argument("path")
     parser.add_argument("--impl", default="linrec")
     args = parser.parse_args(argv)
     bench = json.load(open(args.path))
-    verdicts = check(bench, args.impl)
-    print(f"{bench.get('device', '?')}, copy {bench['copy_gbs']:.0f} GB/s: {args.impl} against the floors")
+    if bench.get("kind") == "model":
+        verdicts = check_model(bench)
+        print(f"{bench['device']}, torch {bench['torch']}: linrec's training step against the floor")
+    elif bench.get("kind") == "host":
+        verdicts = check_host(bench)
+        print(f"{bench['cpu']}, torch {bench['torch']}: linrec.linrec's host time against the floor")
+    else:
+        verdicts = check(bench, args.impl)
+        print(f"{bench.get('device', '?')}, copy {bench['copy_gbs']:.0f} GB/s: {args.impl} against the floors")
     for v in verdicts:
         mark = "ok  " if v["ok"] else "MISS"
         pass_ = "fwd+bwd" if v["backward"] else "fwd"

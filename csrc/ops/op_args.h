@@ -19,6 +19,7 @@
 #include "../config.h"
 #include "../registry.h"
 #include "../params.h"
+#include "new_tensor.h"
 
 namespace linrec {
 
@@ -61,20 +62,6 @@ inline void check_kernel_args(int64_t reverse, int64_t kernel, int64_t elems_per
 // An argument of schema type Tensor that Python passed as None reaches the kernel undefined.
 inline void check_defined(const Tensor& t, const char* name) {
   STD_TORCH_CHECK(t.defined(), "linrec: ", name, " must be a tensor, got None");
-}
-
-// empty_like(self, dtype=dtype): self's shape, strides (where dense) and device in
-// another dtype. torch::stable::empty_like takes no dtype; this is its dispatcher
-// call with one (stable ABI of torch 2.10).
-inline Tensor empty_like_as(const Tensor& self, ScalarType dtype) {
-  std::array<StableIValue, 6> stack{torch::stable::detail::from(self),
-                                    torch::stable::detail::from(std::optional<ScalarType>(dtype)),
-                                    torch::stable::detail::from(std::nullopt),
-                                    torch::stable::detail::from(std::nullopt),
-                                    torch::stable::detail::from(std::nullopt),
-                                    torch::stable::detail::from(std::nullopt)};
-  STABLE_TORCH_ERROR_CODE_CHECK(torch_call_dispatcher("aten::empty_like", "", stack.data(), TORCH_ABI_VERSION));
-  return torch::stable::detail::to<Tensor>(stack[0]);
 }
 
 inline int64_t wrap_dim(int64_t dim, int64_t ndim) {
@@ -176,8 +163,7 @@ bool build_index(const std::vector<int64_t>& seq_sizes_full, int64_t dim,
 // tensors and writes row-major outputs (this, of t's shape): their batch dims
 // then merge into at most two, those before the scan dim and those after it.
 inline Tensor row_major_like(const Tensor& t, std::optional<ScalarType> dtype = std::nullopt) {
-  const std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
-  return torch::stable::new_empty(t, sizes, dtype);
+  return new_row_major(t, std::vector<int64_t>(t.sizes().begin(), t.sizes().end()), dtype);
 }
 
 // Whether, in tensor slot t, some sequence dim lies closer in memory than the
@@ -242,7 +228,7 @@ inline ForwardCall prepare_fwd(const Tensor& inputs, const Tensor& coeffs, const
   const Storage storage = storage_of(inputs, coeffs, "inputs", log_coeffs);
   if (initial) check_same(inputs, *initial, "inputs", "initial", true, dim);
 
-  ForwardCall call{torch::stable::empty_like(inputs), ForwardParams{}, storage, inputs.numel() == 0, {}};
+  ForwardCall call{new_like(inputs), ForwardParams{}, storage, inputs.numel() == 0, {}};
   ForwardParams& p = call.p;
   p.cuts = cuts_of(cuts, inputs, "inputs", dim, initial.has_value());
   p.num_seqs = count_seqs(inputs, dim);
@@ -300,10 +286,8 @@ inline BackwardCall prepare_bwd(const Tensor& d_outputs, const Tensor& coeffs, c
   // d_coeffs laid out as d_outputs, in the coefficients' dtype.
   const std::optional<ScalarType> d_coeffs_dtype =
       storage.mixed() ? std::optional<ScalarType>(ScalarType::Float) : std::nullopt;
-  const Tensor d_coeffs = d_coeffs_dtype ? empty_like_as(d_outputs, *d_coeffs_dtype) : torch::stable::empty_like(d_outputs);
-  BackwardCall call{torch::stable::empty_like(d_outputs), d_coeffs,
-                    torch::stable::new_empty(d_outputs, state_shape(d_outputs, dim)), BackwardParams{}, storage, false,
-                    {}};
+  BackwardCall call{new_like(d_outputs), new_like(d_outputs, d_coeffs_dtype),
+                    new_row_major(d_outputs, state_shape(d_outputs, dim)), BackwardParams{}, storage, false, {}};
   BackwardParams& p = call.p;
   p.cuts = cuts_of(cuts, d_outputs, "d_outputs", dim, initial.has_value());
   p.num_seqs = count_seqs(d_outputs, dim);

@@ -92,7 +92,8 @@ def backward_by_scans(scan, d_outputs, coeffs, outputs, initial, dim, reverse, l
     return d_inputs, d_coeffs, d_initial
 
 
-def _backward(ctx, d_outputs):
+def _grads(ctx, d_outputs):
+    """(d_inputs, d_coeffs, d_initial or None) of a call whose context _setup_context filled."""
     coeffs, outputs, initial = ctx.saved_tensors
     if torch.is_grad_enabled():  # create_graph=True: a backward autograd can differentiate again
         dim, reverse, *kernel = ctx.config[:7]
@@ -101,7 +102,12 @@ def _backward(ctx, d_outputs):
             dim % outputs.dim(), reverse, log_coeffs=_log_coeffs(ctx.config), cuts=_cuts(ctx.config))
     else:
         d_inputs, d_coeffs, d_initial = bwd_op(d_outputs, coeffs, outputs, initial, *ctx.config)
-    return d_inputs, d_coeffs, (d_initial if ctx.has_initial else None), *([None] * len(ctx.config))
+    return d_inputs, d_coeffs, (d_initial if ctx.has_initial else None)
+
+
+def _backward(ctx, d_outputs):
+    """The backward of the op's own arguments: no gradient for each config argument."""
+    return *_grads(ctx, d_outputs), *([None] * len(ctx.config))
 
 
 def _log_coeffs(config) -> bool:
@@ -122,15 +128,21 @@ class _LinrecFunction(torch.autograd.Function):
     forward, context and fused backward with less host work a call than the op's own autograd
     wrapper (2-core CPU, 4 x 16 float32, forward with grad 39 -> 13 µs). The one-method form
     (context in forward) is the cheap one: with a separate setup_context it cost 32 µs (and
-    torch.func transforms, which need that form, fail on the op's wrapper too)."""
+    torch.func transforms, which need that form, fail on the op's wrapper too). The op's
+    arguments after initial come as one tuple, `config`: an argument of apply costs host time
+    in the forward and in the backward, which returns a gradient (None) for each."""
 
     @staticmethod
-    def forward(ctx, inputs, coeffs, initial, *config):
+    def forward(ctx, inputs, coeffs, initial, config):
         outputs = fwd_op_no_autograd(inputs, coeffs, initial, *config)
-        _setup_context(ctx, (inputs, coeffs, initial, *config), outputs)
+        ctx.config = config
+        ctx.has_initial = initial is not None
+        ctx.save_for_backward(coeffs, outputs, initial)
         return outputs
 
-    backward = staticmethod(_backward)
+    @staticmethod
+    def backward(ctx, d_outputs):
+        return *_grads(ctx, d_outputs), None
 
 
 class _LinrecDualFunction(_LinrecFunction):
@@ -140,13 +152,13 @@ class _LinrecDualFunction(_LinrecFunction):
     torch.compile does not trace a Function that defines jvp."""
 
     @staticmethod
-    def forward(ctx, inputs, coeffs, initial, *config):
-        outputs = _LinrecFunction.forward(ctx, inputs, coeffs, initial, *config)
+    def forward(ctx, inputs, coeffs, initial, config):
+        outputs = _LinrecFunction.forward(ctx, inputs, coeffs, initial, config)
         ctx.save_for_forward(coeffs, outputs, initial)
         return outputs
 
     @staticmethod
-    def jvp(ctx, d_inputs, d_coeffs, d_initial, *_):
+    def jvp(ctx, d_inputs, d_coeffs, d_initial, *_):  # *_: none for config (and for each of its items, below)
         coeffs, outputs, initial = ctx.saved_tensors
         dim, reverse = ctx.config[0] % outputs.dim(), ctx.config[1]
         steps = d_inputs if d_inputs is not None else torch.zeros_like(outputs)
@@ -216,17 +228,19 @@ def refuse_torch_func(path: str) -> None:
 
 def _autograd_function(inputs, coeffs, initial):
     """The Function that differentiates this call, or None when neither mode of AD needs one."""
-    tensors = (inputs, coeffs) if initial is None else (inputs, coeffs, initial)
-    # Dual tensors carry tangents whatever the grad mode; outside a dual level unpack_dual
-    # returns at once. Compiled code takes the reverse-mode Function only.
+    # Dual tensors carry tangents whatever the grad mode; with no dual level open (forward_ad's
+    # own test in unpack_dual) none does. Compiled code takes the reverse-mode Function only.
+    # Written out, not as loops over the tensors: this runs on every call (host time, 0015).
     if not torch.compiler.is_compiling():
         if torch._C._are_functorch_transforms_active():
             return _LinrecTransformable
-        if any(fwAD.unpack_dual(t).tangent is not None for t in tensors):
+        if getattr(fwAD, "_current_level", 0) >= 0 and any(
+                fwAD.unpack_dual(t).tangent is not None for t in (inputs, coeffs, initial) if t is not None):
             return _LinrecDualFunction
     elif torch._C._are_functorch_transforms_active():
         raise TracedInTorchFunc(_EAGER_IN_TORCH_FUNC)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+    if torch.is_grad_enabled() and (inputs.requires_grad or coeffs.requires_grad or
+                                    (initial is not None and initial.requires_grad)):
         return _LinrecFunction
     return None
 
@@ -242,9 +256,15 @@ def call_compiled(inputs, coeffs, initial, dim, reverse, kernel=KERNEL_AUTO, ele
     if inputs.is_cuda and inputs.shape[dim] and inputs.numel() // inputs.shape[dim] > MAX_CUDA_SEQS:
         raise ValueError(f"linrec: inputs holds {inputs.numel() // inputs.shape[dim]} sequences; the CUDA "
                          f"kernels take at most {MAX_CUDA_SEQS} in one call (split the batch)")
-    args = (inputs, coeffs, initial, dim, bool(reverse), kernel, elems_per_thread, threads_per_block, memcode,
-            algocode)
+    config = (dim, bool(reverse), kernel, elems_per_thread, threads_per_block, memcode, algocode)
     if log_coeffs or cuts is not None:  # left out otherwise: the op's defaults, fewer arguments to box
-        args += (bool(log_coeffs),) if cuts is None else (bool(log_coeffs), cuts)
+        config += (bool(log_coeffs),) if cuts is None else (bool(log_coeffs), cuts)
     function = _autograd_function(inputs, coeffs, initial)
-    return fwd_op_no_autograd(*args) if function is None else function.apply(*args)
+    if function is None:
+        return fwd_op_no_autograd(inputs, coeffs, initial, *config)
+    # The transforms' Function takes the config one argument at a time: its generated vmap rule
+    # gives each argument its own gradient. It never runs compiled (is_compiling first: Dynamo
+    # does not trace `is` between Function classes).
+    if not torch.compiler.is_compiling() and function is _LinrecTransformable:
+        return function.apply(inputs, coeffs, initial, *config)
+    return function.apply(inputs, coeffs, initial, config)

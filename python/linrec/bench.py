@@ -19,6 +19,10 @@ pass moves at least twice the L2 cache: every case, short ones too, runs from DR
 Prints a table; writes the rows as JSON with --json PATH, and plots the grid cases with
 --png PATH (needs matplotlib). Needs a CUDA device.
 
+`python -m linrec.bench --model` times one training step of a gated linear RNN instead
+(linrec.bench_model).
+`python -m linrec.bench --host` times the host's cost of one eager call on small tensors instead
+(linrec.bench_host; no GPU needed).
 `torchrun --nproc-per-node P -m linrec.bench --distributed` times sequence parallelism's weak
 scaling instead (linrec.bench_distributed; its options: `--distributed --help`).
 """
@@ -291,7 +295,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=DTYPES, metavar="DTYPE",
                         help=f"storage types, mixed ones as values+coeffs: {', '.join(DTYPES)} "
                              "(default: float32 bfloat16)")
-    parser.add_argument("--reps", type=_cli.positive_int, default=20, help="samples per figure (default: 20)")
+    parser.add_argument("--reps", type=_cli.positive_int, default=None,
+                        help="samples per figure (default: 20; with --host 200)")
     parser.add_argument("--max-hop-elems", type=_cli.positive_int, default=2**24,
                         help="skip linrec_hop above this size (default: 2^24)")
     parser.add_argument("--only", nargs="+", default=[], metavar="TEXT",
@@ -303,15 +308,42 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="also the log_coeffs and cu_seqlens (packed sequences) cases")
     parser.add_argument("--selective", action="store_true",
                         help="instead, the selective scan against mamba_ssm's selective_scan_fn (where it imports)")
+    parser.add_argument("--host", action="store_true",
+                        help="instead, the host time of one eager call on small tensors, against native op "
+                             "chains (linrec.bench_host; on the CPU, and on CUDA where a GPU is present)")
+    parser.add_argument("--model", action="store_true",
+                        help="instead, one training step of a gated linear RNN at three sizes, with linrec, an "
+                             "elementwise stand-in for the scan and each peer (linrec.bench_model)")
     parser.add_argument("--distributed", action="store_true",
                         help="instead, the weak scaling of linrec.distributed, under torchrun "
                              "(its options: --distributed --help)")
     parser.add_argument("--json", metavar="PATH", help="write the rows to this JSON file")
     parser.add_argument("--png", metavar="PATH", help="plot the grid cases into this PNG file (needs matplotlib)")
     args = parser.parse_args(argv)
+    if args.host:  # no GPU needed
+        from . import bench_host
+
+        reps = args.reps or 200
+        rows = bench_host.run(reps)
+        print(f"CPU: {bench_host.cpu_name()}" + (f"; GPU: {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""))
+        bench_host.print_table(rows)
+        if args.json:
+            bench_host.write_json(args.json, rows, reps, bench_host.INNER)
+        return 0
+    args.reps = args.reps or 20
     reason = _cli.cuda_unavailable(compiled_kernels=False)
     if reason:
         return _cli.fail(PROG, reason)
+    if args.model:
+        from . import bench_model
+
+        sizes = {k: v for k, v in bench_model.SIZES.items() if not args.only or any(t in k for t in args.only)}
+        rows = bench_model.run(args.reps, sizes=sizes)
+        print(f"device: {torch.cuda.get_device_name()}")
+        bench_model.print_table(rows)
+        if args.json:
+            bench_model.write_json(args.json, rows, args.reps)
+        return 0
     if args.selective:
         from . import bench_selective
         from ._timing import copy_bandwidth_gbs
