@@ -17,6 +17,9 @@
 #     before     python -m linrec.bench under $BEFORE_WHEEL, each of the ';'-separated $BEFORE_ARGS
 #                (JSON before_N.json), then the wheel under test again: a same-run baseline
 #     models     python -m tools models-bench (linrec.models against torch.nn.LSTM)
+#     step       python -m linrec.bench --model (a gated linear RNN's training step against an
+#                elementwise stand-in for the scan and the peers)
+#     host       python -m linrec.bench --host (host time of one eager call, CPU and CUDA tensors)
 #     complex    python -m tools complex-bench (complex64 recurrences beside float32 and torch.add)
 #     grid       python -m tools throughput-grid (Martin & Cundy's training-throughput grid, JSON and PNG)
 #     peer       start building mamba_ssm from the sdist $MAMBA_SDIST in the background (sm_90 only;
@@ -104,6 +107,8 @@ for step in $steps; do
       fi
       echo "before: done, the wheel under test reinstalled (exit $?)" ;;
     models) run_tool models-bench --json "$out/models.json" 2>&1 | tee "$out/models.txt" ;;
+    step) python3 -m linrec.bench --model --json "$out/step.json" 2>&1 | tee "$out/step.txt" ;;
+    host) python3 -m linrec.bench --host --json "$out/host.json" 2>&1 | tee "$out/host.txt" ;;
     complex) run_tool complex-bench --json "$out/complex.json" 2>&1 | tee "$out/complex.txt" ;;
     grid) run_tool throughput-grid --json "$out/grid.json" --png "$out/grid.png" 2>&1 | tee "$out/grid.txt" | tail -5 ;;
     peer)

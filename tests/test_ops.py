@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import linrec
+from conftest import HAS_CUDA_KERNELS
 from reference import reference, rel_error
 
 
@@ -449,30 +450,37 @@ def test_mixed_storage_higher_order_and_forward_ad(dtype):
     assert rel_error(jvp(reference, x.double(), c.to(dtype).double(), h0.double()), tangent_ref) > 2e-2
 
 
-def _layouts():
-    """Tensors in the layouts the ops' outputs follow, scanned over dim 1: row-major, permuted,
-    with a dim of size 1 at an odd stride, with gaps, broadcast, channels-last 4-D with gaps, and
-    without elements."""
-    base = torch.randn(5, 3, 7)
-    yield "row-major", torch.randn(3, 7, 5)
-    yield "permuted", base.permute(1, 2, 0)
-    yield "size-1 dim", torch.randn(21).as_strided((3, 7, 1), (7, 1, 100))
-    yield "gaps", torch.randn(3, 14, 5)[:, ::2]
-    yield "broadcast", torch.randn(1, 7, 5).expand(3, 7, 5)
-    yield "channels-last gaps", torch.randn(2, 3, 7, 10).to(memory_format=torch.channels_last)[..., ::2]
-    yield "empty", torch.randn(0, 7, 5).transpose(0, 1)
+def _randn(*shape, device):
+    return torch.randn(*shape, device=device)
 
 
-@pytest.mark.parametrize("name,x", list(_layouts()), ids=[name for name, _ in _layouts()])
-def test_outputs_laid_out_as_empty_like(name, x):
+# Tensors in the layouts the ops' outputs follow, scanned over dim 1: row-major, permuted, with a
+# dim of size 1 at an odd stride, with gaps, broadcast, channels-last 4-D with gaps, and without
+# elements.
+LAYOUTS = {
+    "row-major": lambda d: _randn(3, 7, 5, device=d),
+    "permuted": lambda d: _randn(5, 3, 7, device=d).permute(1, 2, 0),
+    "size-1 dim": lambda d: _randn(21, device=d).as_strided((3, 7, 1), (7, 1, 100)),
+    "gaps": lambda d: _randn(3, 14, 5, device=d)[:, ::2],
+    "broadcast": lambda d: _randn(1, 7, 5, device=d).expand(3, 7, 5),
+    "channels-last gaps": lambda d: _randn(2, 3, 7, 10, device=d).to(memory_format=torch.channels_last)[..., ::2],
+    "empty": lambda d: _randn(0, 7, 5, device=d).transpose(0, 1),
+}
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not HAS_CUDA_KERNELS, reason="needs a GPU and linrec's CUDA kernels"))])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_outputs_laid_out_as_empty_like(layout, device):
     """The ops allocate their outputs as torch.empty_like would (and their fake kernels do), for
-    every layout: traced graphs rely on the fake kernels' strides."""
+    every layout, on each device: traced graphs rely on the fake kernels' strides."""
+    x = LAYOUTS[layout](device)
     c = torch.rand_like(x)
     config = (1, False, 0, 0, 0, 0, 3)
     y = torch.ops.linrec.linrec_fwd(x, c, None, *config)
-    assert y.stride() == torch.empty_like(x).stride(), name
+    assert y.stride() == torch.empty_like(x).stride()
     dx, dc, dh = torch.ops.linrec.linrec_bwd(x, c, y, None, *config)
-    assert dx.stride() == dc.stride() == torch.empty_like(x).stride(), name
+    assert dx.stride() == dc.stride() == torch.empty_like(x).stride()
     assert dh.is_contiguous() and dh.shape == x.shape[:1] + x.shape[2:]
-    ref = linrec.linrec(x.double(), c.double(), dim=1)
-    torch.testing.assert_close(y.double(), ref)
+    ref = linrec.linrec(x.cpu().double(), c.cpu().double(), dim=1)
+    torch.testing.assert_close(y.cpu().double(), ref)

@@ -16,7 +16,6 @@ COMMANDS = {
     "check-floors": "tools.check_floors",
     "complex-bench": "tools.complex_bench",
     "config-sweep": "tools.config_sweep",
-    "host-time": "tools.host_time",
     "kernel-times": "tools.kernel_times",
     "models-bench": "tools.models_bench",
     "profile-case": "tools.profile_case",
