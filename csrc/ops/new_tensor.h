@@ -16,16 +16,24 @@
 
 namespace linrec {
 
-// The shim's dtype code of `dtype`: the ops allocate in their arguments' dtypes, or float32.
+// The shim's dtype code of `dtype`, like's dtype when nullopt.
 inline int32_t shim_dtype(const torch::stable::Tensor& like, std::optional<torch::headeronly::ScalarType> dtype) {
-  int32_t code;
+  using torch::headeronly::ScalarType;
   if (!dtype || *dtype == like.scalar_type()) {
+    int32_t code;
     STD_TORCH_CHECK(aoti_torch_get_dtype(like.get(), &code) == AOTI_TORCH_SUCCESS, "linrec: reading a dtype failed");
     return code;
   }
-  STD_TORCH_CHECK(*dtype == torch::headeronly::ScalarType::Float || *dtype == torch::headeronly::ScalarType::Byte,
-                  "linrec: internal error: an output dtype the ops do not allocate");
-  return *dtype == torch::headeronly::ScalarType::Float ? aoti_torch_dtype_float32() : aoti_torch_dtype_uint8();
+  switch (*dtype) {
+    case ScalarType::Float: return aoti_torch_dtype_float32();
+    case ScalarType::Double: return aoti_torch_dtype_float64();
+    case ScalarType::Half: return aoti_torch_dtype_float16();
+    case ScalarType::BFloat16: return aoti_torch_dtype_bfloat16();
+    case ScalarType::ComplexFloat: return aoti_torch_dtype_complex64();
+    case ScalarType::ComplexDouble: return aoti_torch_dtype_complex128();
+    case ScalarType::Byte: return aoti_torch_dtype_uint8();
+    default: STD_TORCH_CHECK(false, "linrec: internal error: an output dtype the ops do not allocate");
+  }
 }
 
 // An uninitialised tensor of `sizes` and `strides` on like's device, in `dtype` (like's when nullopt).

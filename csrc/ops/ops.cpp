@@ -69,6 +69,12 @@ STABLE_TORCH_LIBRARY(linrec, m) {
       "selective_scan_fwd(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
       "Tensor? delta_bias, Tensor? initial_state, bool delta_softplus, int reverse, "
       "int steps_per_thread, int warps) -> (Tensor, Tensor, Tensor)");
+  // selective_scan_fwd without an autograd registration, for linrec.selective_scan's own
+  // autograd.Function, as _linrec_fwd is for linrec_fwd.
+  m.def(
+      "_selective_scan_fwd(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
+      "Tensor? delta_bias, Tensor? initial_state, bool delta_softplus, int reverse, "
+      "int steps_per_thread, int warps) -> (Tensor, Tensor, Tensor)");
   m.def(
       "selective_scan_bwd(Tensor d_y, Tensor? d_last_state, Tensor u, Tensor delta, Tensor A, Tensor B, "
       "Tensor C, Tensor? D, Tensor? z, Tensor? delta_bias, Tensor? initial_state, Tensor checkpoints, "

@@ -176,9 +176,9 @@ inline SelectiveFwdCall prepare_selective_fwd(const Tensor& u, const Tensor& del
   SelectiveParams& p = call.p;
   call.inputs = check_selective_inputs(p, u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse);
   const ScalarType acc = call.inputs.acc;
-  call.y = torch::stable::new_empty(u, {p.batch, p.dim, p.seq_len});
-  call.last_state = torch::stable::new_empty(u, {p.batch, p.dim, p.states}, acc);
-  call.checkpoints = torch::stable::new_empty(u, {p.batch, p.dim, num_checkpoints(p.seq_len), p.states}, acc);
+  call.y = new_row_major(u, {p.batch, p.dim, p.seq_len});
+  call.last_state = new_row_major(u, {p.batch, p.dim, p.states}, acc);
+  call.checkpoints = new_row_major(u, {p.batch, p.dim, num_checkpoints(p.seq_len), p.states}, acc);
   call.empty = p.batch * p.dim == 0 || p.seq_len == 0;
   if (call.empty) {  // no step: the state passes through
     if (initial_state) torch::stable::copy_(call.last_state, *initial_state);
@@ -221,20 +221,20 @@ inline SelectiveBwdCall prepare_selective_bwd(const Tensor& d_y, const std::opti
   check_arg(checkpoints, "checkpoints", u, acc, {batch, dim, num_checkpoints(length), states},
             "(batch, dim, ceil(L / 128), N), as the forward returns it");
 
-  const auto empty_grad = [&](ScalarType dtype) { return torch::stable::new_empty(u, {0}, dtype); };
+  const auto empty_grad = [&](ScalarType dtype) { return new_row_major(u, {0}, dtype); };
   const auto bc_grad = [&](const BCArg& bc) {
     return bc.per_step ? torch::stable::new_zeros(u, {batch, bc.groups, states, length}, acc)
                        : torch::stable::new_zeros(u, {dim, states}, acc);
   };
-  call.d_u = torch::stable::new_empty(u, {batch, dim, length});
-  call.d_delta = torch::stable::new_empty(u, {batch, dim, length});
-  call.d_z = z ? torch::stable::new_empty(u, {batch, dim, length}) : empty_grad(values);
+  call.d_u = new_row_major(u, {batch, dim, length});
+  call.d_delta = new_row_major(u, {batch, dim, length});
+  call.d_z = z ? new_row_major(u, {batch, dim, length}) : empty_grad(values);
   call.d_A = torch::stable::new_zeros(u, {dim, states}, acc);
   call.d_B = bc_grad(call.inputs.b);
   call.d_C = bc_grad(call.inputs.c);
   call.d_D = D ? torch::stable::new_zeros(u, {dim}, acc) : empty_grad(acc);
   call.d_delta_bias = delta_bias ? torch::stable::new_zeros(u, {dim}, acc) : empty_grad(acc);
-  call.d_initial = torch::stable::new_empty(u, {batch, dim, states}, acc);
+  call.d_initial = new_row_major(u, {batch, dim, states}, acc);
   call.empty = batch * dim == 0 || length == 0;
   if (call.empty) {  // no step: the state's gradient passes through
     if (d_last_state) torch::stable::copy_(call.d_initial, *d_last_state);

@@ -21,5 +21,6 @@ struct CpuSelectiveKernels {
 
 STABLE_TORCH_LIBRARY_IMPL(linrec, CPU, m) {
   m.impl("selective_scan_fwd", TORCH_BOX(&linrec::selective_scan_fwd_op<linrec::CpuSelectiveKernels>));
+  m.impl("_selective_scan_fwd", TORCH_BOX(&linrec::selective_scan_fwd_op<linrec::CpuSelectiveKernels>));
   m.impl("selective_scan_bwd", TORCH_BOX(&linrec::selective_scan_bwd_op<linrec::CpuSelectiveKernels>));
 }

@@ -68,5 +68,6 @@ struct CudaSelectiveKernels {
 
 STABLE_TORCH_LIBRARY_IMPL(linrec, CUDA, m) {
   m.impl("selective_scan_fwd", TORCH_BOX(&linrec::selective_scan_fwd_op<linrec::CudaSelectiveKernels>));
+  m.impl("_selective_scan_fwd", TORCH_BOX(&linrec::selective_scan_fwd_op<linrec::CudaSelectiveKernels>));
   m.impl("selective_scan_bwd", TORCH_BOX(&linrec::selective_scan_bwd_op<linrec::CudaSelectiveKernels>));
 }

@@ -145,5 +145,6 @@ def register_missing_cuda_kernels(reason: str) -> None:
                            "linrec.selective_scan run the Triton implementation on CUDA tensors instead")
 
     _missing_cuda_kernels = torch.library.Library("linrec", "IMPL")
-    for name in ("linrec_fwd", "_linrec_fwd", "linrec_bwd", "selective_scan_fwd", "selective_scan_bwd"):
+    for name in ("linrec_fwd", "_linrec_fwd", "linrec_bwd", "selective_scan_fwd", "_selective_scan_fwd",
+                 "selective_scan_bwd"):
         _missing_cuda_kernels.impl(name, unavailable, "CUDA")

@@ -14,7 +14,7 @@ import numbers
 import torch
 
 from ._backend import cuda_backend
-from ._selective_ops import fwd_op, triton_fwd_op
+from ._selective_ops import SelectiveScanFunction, SelectiveScanTransformable, fwd_op_no_autograd, triton_fwd_op
 
 MAX_STATES = 256
 VALUE_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -102,7 +102,8 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
         y, (batch, channels, length) in u's dtype; with return_last_state, (y, last_state),
         last_state (batch, channels, states) in float32 (float64 for float64 u). The scan
         computes in that float type too. Differentiable (first order) in every tensor argument,
-        initial_state included; gradients come in each argument's dtype and shape.
+        initial_state included; gradients come in each argument's dtype and shape. On the
+        compiled kernels (CPU and CUDA) also under torch.func.grad and torch.func.vjp.
 
     Raises:
         ValueError: a wrong type, dtype, device or shape, naming the argument.
@@ -151,10 +152,16 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
     delta, z = (_cast(t, u.dtype) for t in (delta, z))
     A, D, delta_bias, initial_state = (_cast(t, acc) for t in (A, D, delta_bias, initial_state))
 
-    args = (u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse)
+    tensors = (u, delta, A, B, C, D, z, delta_bias, initial_state)
     device = u.device.index if u.device.index is not None else (torch.cuda.current_device() if u.is_cuda else 0)
     if u.is_cuda and cuda_backend(device) == "triton":
-        y, last_state, _ = triton_fwd_op(*args)
+        y, last_state, _ = triton_fwd_op(*tensors, delta_softplus, reverse)
     else:
-        y, last_state, _ = fwd_op(*args, 0, 0)  # steps_per_thread, warps: the automatic config
+        config = (delta_softplus, reverse, 0, 0)  # steps_per_thread, warps: the automatic config
+        if torch._C._are_functorch_transforms_active():
+            y, last_state, _ = SelectiveScanTransformable.apply(*tensors, config)
+        elif torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+            y, last_state, _ = SelectiveScanFunction.apply(*tensors, config)
+        else:
+            y, last_state, _ = fwd_op_no_autograd(*tensors, *config)
     return (y, last_state) if return_last_state else y

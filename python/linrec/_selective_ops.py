@@ -18,6 +18,7 @@ from . import _C  # noqa: F401  (loading it registers the ops)
 CHECKPOINT_STEPS = 128  # csrc/selective_params.h: the forward saves the state every 128 steps
 
 fwd_op = torch.ops.linrec.selective_scan_fwd
+fwd_op_no_autograd = torch.ops.linrec._selective_scan_fwd  # for SelectiveScanFunction
 bwd_op = torch.ops.linrec.selective_scan_bwd
 
 
@@ -77,6 +78,7 @@ def _bwd_fake(d_y, d_last_state, u, delta, A, B, C, D, z, delta_bias, initial_st
 
 
 torch.library.register_fake("linrec::selective_scan_fwd", _fwd_fake)
+torch.library.register_fake("linrec::_selective_scan_fwd", _fwd_fake)
 torch.library.register_fake("linrec::selective_scan_bwd", _bwd_fake)
 
 
@@ -122,14 +124,61 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(*inputs[:_TENSOR_ARGS], checkpoints)
 
 
-def _backward(bwd, ctx, d_y, d_last_state, _):
+def _grads(bwd, ctx, d_y, d_last_state):
+    """The gradients of the nine tensor arguments, each in its argument's dtype (None for an absent one)."""
     *tensors, checkpoints = ctx.saved_tensors
     grads = bwd(d_y, d_last_state, *tensors, checkpoints, *ctx.config)
     # The ops give d_B and d_C in the float type; per-step B and C may be 16-bit.
-    return (*(None if t is None else g if g.dtype == t.dtype else g.to(t.dtype) for t, g in zip(tensors, grads)),
-            *([None] * len(ctx.config)))
+    return tuple(None if t is None else g if g.dtype == t.dtype else g.to(t.dtype) for t, g in zip(tensors, grads))
+
+
+def _backward(bwd, ctx, d_y, d_last_state, _):
+    return *_grads(bwd, ctx, d_y, d_last_state), *([None] * len(ctx.config))
 
 
 torch.library.register_autograd("linrec::selective_scan_fwd", lambda ctx, *g: _backward(bwd_op, ctx, *g),
                                 setup_context=_setup_context)
 triton_fwd_op.register_autograd(lambda ctx, *g: _backward(triton_bwd_op, ctx, *g), setup_context=_setup_context)
+
+
+class SelectiveScanFunction(torch.autograd.Function):
+    """The compiled ops' autograd as one autograd.Function, for linrec.selective_scan's calls:
+    the registration above wraps the op in torch.library's own autograd function, which cost
+    every call host time (2-core CPU, (1, 4, 8) float32, N = 2: a forward with grad 79 -> 33 µs,
+    forward and backward 202 -> 111; docs/design/0024-host-time-against-native-chains.md). The
+    op's arguments after the tensors come as one tuple, `config`. The one-method form (context
+    in forward) is the cheap one; torch.func transforms need the other
+    (SelectiveScanTransformable)."""
+
+    @staticmethod
+    def forward(ctx, u, delta, A, B, C, D, z, delta_bias, initial_state, config):
+        tensors = (u, delta, A, B, C, D, z, delta_bias, initial_state)
+        y, last_state, checkpoints = fwd_op_no_autograd(*tensors, *config)
+        ctx.mark_non_differentiable(checkpoints)
+        ctx.config = config
+        ctx.save_for_backward(*tensors, checkpoints)
+        return y, last_state, checkpoints
+
+    @staticmethod
+    def backward(ctx, d_y, d_last_state, _):
+        return *_grads(bwd_op, ctx, d_y, d_last_state), None
+
+
+class SelectiveScanTransformable(torch.autograd.Function):
+    """The same Function in the form torch.func's grad transforms take (torch.func.grad, vjp):
+    a separate setup_context. linrec.selective_scan takes it only while a transform is active,
+    as that form costs host time on every call. The ops have no vmap rule, so vmap and the
+    transforms built on it (jacrev, hessian) raise."""
+
+    @staticmethod
+    def forward(u, delta, A, B, C, D, z, delta_bias, initial_state, config):
+        return fwd_op_no_autograd(u, delta, A, B, C, D, z, delta_bias, initial_state, *config)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        *tensors, config = inputs
+        ctx.mark_non_differentiable(output[2])
+        ctx.config = config
+        ctx.save_for_backward(*tensors, output[2])
+
+    backward = staticmethod(SelectiveScanFunction.backward)
