@@ -304,8 +304,8 @@ def test_autograd_paths_match_reference(grad_needed):
             torch.testing.assert_close(g, grads_ref[name], rtol=1e-9, atol=1e-10, msg=lambda m, n=name: f"d{n}: {m}")
 
 
-def test_torch_func_grad():
-    """torch.func.grad of linrec.selective_scan in u and A, as the float64 loop's gradients."""
+def test_torch_func_grad_and_vjp():
+    """torch.func.grad and torch.func.vjp of linrec.selective_scan in u and A, as the float64 loop's gradients."""
     args = make_args(2, 4, 3, 21, "group", "channel", 2, seed=14)
     y_w, last_w = weights_for(args)
 
@@ -317,6 +317,9 @@ def test_torch_func_grad():
     _, grads_ref = grads_of(lambda **a: reference(**a, delta_softplus=True), args, weights_for(args))
     torch.testing.assert_close(d_u, grads_ref["u"], rtol=1e-9, atol=1e-10)
     torch.testing.assert_close(d_A, grads_ref["A"], rtol=1e-9, atol=1e-10)
+    _, vjp = torch.func.vjp(lambda u, A: loss(u, A), args["u"], args["A"])
+    for got, name in zip(vjp(torch.ones((), dtype=torch.float64)), ("u", "A")):
+        torch.testing.assert_close(got, grads_ref[name], rtol=1e-9, atol=1e-10)
 
 
 def test_compile_fullgraph():

@@ -78,7 +78,8 @@ def check_model(bench):
             continue
         figure = ms / steps[(size, bench["reference"])]
         verdicts.append(dict(case=f"step, {size}", dtype="bfloat16", backward=True, figure=figure,
-                             floor=bench["floor"], what=f"x the {bench['reference']}'s step", ok=figure <= bench["floor"]))
+                             floor=bench["floor"], what=f"x the {bench['reference']}'s step",
+                             ok=figure <= bench["floor"]))
     return verdicts
 
 

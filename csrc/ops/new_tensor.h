@@ -1,4 +1,4 @@
-// The ops' output allocations, through the stable C shim's aoti_torch_empty_strided.
+// The ops' output allocations, through the stable C shim (aoti_torch_empty_strided, aoti_torch_zero_).
 // torch::stable::empty_like and new_empty are dispatcher calls that look the aten op up
 // by its name on every call; on a small eager call that lookup was a measurable part of
 // the op's host time (docs/design/0015-host-time-eager-calls.md).
@@ -102,6 +102,14 @@ inline torch::stable::Tensor new_like(const torch::stable::Tensor& self,
 inline torch::stable::Tensor new_row_major(const torch::stable::Tensor& like, const std::vector<int64_t>& sizes,
                                            std::optional<torch::headeronly::ScalarType> dtype = std::nullopt) {
   return new_strided(like, sizes, row_major_strides(sizes), dtype);
+}
+
+// new_row_major, filled with zeros (aoti_torch_zero_: no lookup by name either).
+inline torch::stable::Tensor new_zeros_row_major(const torch::stable::Tensor& like, const std::vector<int64_t>& sizes,
+                                                 std::optional<torch::headeronly::ScalarType> dtype = std::nullopt) {
+  torch::stable::Tensor t = new_row_major(like, sizes, dtype);
+  STD_TORCH_CHECK(aoti_torch_zero_(t.get()) == AOTI_TORCH_SUCCESS, "linrec: zeroing an output failed");
+  return t;
 }
 
 }  // namespace linrec

@@ -223,17 +223,17 @@ inline SelectiveBwdCall prepare_selective_bwd(const Tensor& d_y, const std::opti
 
   const auto empty_grad = [&](ScalarType dtype) { return new_row_major(u, {0}, dtype); };
   const auto bc_grad = [&](const BCArg& bc) {
-    return bc.per_step ? torch::stable::new_zeros(u, {batch, bc.groups, states, length}, acc)
-                       : torch::stable::new_zeros(u, {dim, states}, acc);
+    return bc.per_step ? new_zeros_row_major(u, {batch, bc.groups, states, length}, acc)
+                       : new_zeros_row_major(u, {dim, states}, acc);
   };
   call.d_u = new_row_major(u, {batch, dim, length});
   call.d_delta = new_row_major(u, {batch, dim, length});
   call.d_z = z ? new_row_major(u, {batch, dim, length}) : empty_grad(values);
-  call.d_A = torch::stable::new_zeros(u, {dim, states}, acc);
+  call.d_A = new_zeros_row_major(u, {dim, states}, acc);
   call.d_B = bc_grad(call.inputs.b);
   call.d_C = bc_grad(call.inputs.c);
-  call.d_D = D ? torch::stable::new_zeros(u, {dim}, acc) : empty_grad(acc);
-  call.d_delta_bias = delta_bias ? torch::stable::new_zeros(u, {dim}, acc) : empty_grad(acc);
+  call.d_D = D ? new_zeros_row_major(u, {dim}, acc) : empty_grad(acc);
+  call.d_delta_bias = delta_bias ? new_zeros_row_major(u, {dim}, acc) : empty_grad(acc);
   call.d_initial = new_row_major(u, {batch, dim, states}, acc);
   call.empty = batch * dim == 0 || length == 0;
   if (call.empty) {  // no step: the state's gradient passes through

@@ -158,7 +158,7 @@ class _LinrecDualFunction(_LinrecFunction):
         return outputs
 
     @staticmethod
-    def jvp(ctx, d_inputs, d_coeffs, d_initial, *_):  # *_: none for config (and for each of its items, below)
+    def jvp(ctx, d_inputs, d_coeffs, d_initial, *_):  # *_: the config's tangents (None)
         coeffs, outputs, initial = ctx.saved_tensors
         dim, reverse = ctx.config[0] % outputs.dim(), ctx.config[1]
         steps = d_inputs if d_inputs is not None else torch.zeros_like(outputs)

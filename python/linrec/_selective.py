@@ -26,21 +26,23 @@ def _check_flag(name, value):
     return bool(value)
 
 
-def _check_tensor(name, t, u, required=True):
-    """t is a real floating tensor on u's device (None allowed unless required)."""
+def _check_tensor(name, t, device, required=True):
+    """t is a real floating tensor on u's device, `device` (None allowed unless required)."""
     if t is None and not required:
         return
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"linrec: {name} must be a tensor, got {type(t).__name__}")
     if not t.is_floating_point():
         raise ValueError(f"linrec: {name} has dtype {t.dtype}; expected a real floating dtype")
-    if t.device != u.device:
-        raise ValueError(f"linrec: {name} is on {t.device} but u is on {u.device}")
+    if t.device != device:
+        raise ValueError(f"linrec: {name} is on {t.device} but u is on {device}")
 
 
 def _check_shape(name, t, shape, expected):
-    if t is not None and tuple(t.shape) != tuple(shape):
-        raise ValueError(f"linrec: {name} of shape {tuple(t.shape)} must be {expected}")
+    """t (unless None) has `shape`; `expected` names it in the error, a format string of the shape as
+    {0}, formatted only on failure (formatting on every call cost host time)."""
+    if t is not None and t.shape != shape:
+        raise ValueError(f"linrec: {name} of shape {tuple(t.shape)} must be {expected.format(tuple(shape))}")
 
 
 def _cast(t, dtype):
@@ -52,11 +54,11 @@ def _cast(t, dtype):
 def _bc_form(name, t, batch, channels, states, length):
     """B or C as the ops take it: (channels, states), or per step (batch, groups, states, length)."""
     if t.dim() == 2:
-        _check_shape(name, t, (channels, states), f"(channels={channels}, states={states})")
+        _check_shape(name, t, (channels, states), "(channels={0[0]}, states={0[1]})")
         return t
     if t.dim() == 3:
         t = t.unsqueeze(1)
-    if t.dim() != 4 or (t.shape[0], t.shape[2], t.shape[3]) != (batch, states, length):
+    if t.dim() != 4 or t.shape[0] != batch or t.shape[2] != states or t.shape[3] != length:
         raise ValueError(f"linrec: {name} of shape {tuple(t.shape)} must be (channels={channels}, states={states}), "
                          f"(batch={batch}, states, length={length}) or (batch, groups, states, length)")
     if t.shape[1] == 0 or channels % t.shape[1]:
@@ -120,22 +122,23 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
         raise ValueError(f"linrec: u has dtype {u.dtype}; expected float32, float64, float16 or bfloat16")
     if u.dim() != 3:
         raise ValueError(f"linrec: u of shape {tuple(u.shape)} must be (batch, channels, length)")
+    u_device = u.device
     for name, t, required in (("delta", delta, True), ("A", A, True), ("B", B, True), ("C", C, True),
                               ("D", D, False), ("z", z, False), ("delta_bias", delta_bias, False),
                               ("initial_state", initial_state, False)):
-        _check_tensor(name, t, u, required)
+        _check_tensor(name, t, u_device, required)
     batch, channels, length = u.shape
-    _check_shape("delta", delta, u.shape, f"u's shape {tuple(u.shape)}")
-    _check_shape("z", z, u.shape, f"u's shape {tuple(u.shape)}")
+    _check_shape("delta", delta, u.shape, "u's shape {0}")
+    _check_shape("z", z, u.shape, "u's shape {0}")
     if A.dim() != 2 or A.shape[0] != channels:
         raise ValueError(f"linrec: A of shape {tuple(A.shape)} must be (channels={channels}, states)")
     states = A.shape[1]
     if states > MAX_STATES:
         raise ValueError(f"linrec: A has {states} states; the selective scan takes at most {MAX_STATES}")
-    _check_shape("D", D, (channels,), f"(channels={channels},)")
-    _check_shape("delta_bias", delta_bias, (channels,), f"(channels={channels},)")
+    _check_shape("D", D, (channels,), "(channels={0[0]},)")
+    _check_shape("delta_bias", delta_bias, (channels,), "(channels={0[0]},)")
     _check_shape("initial_state", initial_state, (batch, channels, states),
-                 f"(batch={batch}, channels={channels}, states={states})")
+                 "(batch={0[0]}, channels={0[1]}, states={0[2]})")
     B = _bc_form("B", B, batch, channels, states, length)
     C = _bc_form("C", C, batch, channels, states, length)
     per_step = [t for t in (B, C) if t.dim() == 4]
@@ -148,13 +151,14 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
         bc_dtype = u.dtype
     else:
         bc_dtype = torch.float32 if u.dtype in (torch.float16, torch.bfloat16) else u.dtype
-    B, C = (_cast(t, bc_dtype if t.dim() == 4 else acc) for t in (B, C))
-    delta, z = (_cast(t, u.dtype) for t in (delta, z))
-    A, D, delta_bias, initial_state = (_cast(t, acc) for t in (A, D, delta_bias, initial_state))
+    # One call each, not loops over the tensors: this runs on every call (host time).
+    B, C = _cast(B, bc_dtype if B.dim() == 4 else acc), _cast(C, bc_dtype if C.dim() == 4 else acc)
+    delta, z = _cast(delta, u.dtype), _cast(z, u.dtype)
+    A, D, delta_bias, initial_state = _cast(A, acc), _cast(D, acc), _cast(delta_bias, acc), _cast(initial_state, acc)
 
     tensors = (u, delta, A, B, C, D, z, delta_bias, initial_state)
-    device = u.device.index if u.device.index is not None else (torch.cuda.current_device() if u.is_cuda else 0)
-    if u.is_cuda and cuda_backend(device) == "triton":
+    index = u_device.index if u_device.index is not None else (torch.cuda.current_device() if u.is_cuda else 0)
+    if u.is_cuda and cuda_backend(index) == "triton":
         y, last_state, _ = triton_fwd_op(*tensors, delta_softplus, reverse)
     else:
         config = (delta_softplus, reverse, 0, 0)  # steps_per_thread, warps: the automatic config

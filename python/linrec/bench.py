@@ -325,7 +325,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         reps = args.reps or 200
         rows = bench_host.run(reps)
-        print(f"CPU: {bench_host.cpu_name()}" + (f"; GPU: {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""))
+        gpu = f"; GPU: {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""
+        print(f"CPU: {bench_host.cpu_name()}{gpu}")
         bench_host.print_table(rows)
         if args.json:
             bench_host.write_json(args.json, rows, reps, bench_host.INNER)

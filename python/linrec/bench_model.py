@@ -1,4 +1,4 @@
-"""python -m linrec.bench --model: one training step of a gated linear RNN, with linrec, with an elementwise stand-in for the scan, and with each peer.
+"""python -m linrec.bench --model: a gated linear RNN's training step with linrec, a stand-in and each peer.
 
 What users feel is the step, not the kernel. The model is a stack of residual blocks
 
