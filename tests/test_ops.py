@@ -455,8 +455,8 @@ def _randn(*shape, device):
 
 
 # Tensors in the layouts the ops' outputs follow, scanned over dim 1: row-major, permuted, with a
-# dim of size 1 at an odd stride, with gaps, broadcast, channels-last 4-D with gaps, and without
-# elements.
+# dim of size 1 at an odd stride, with gaps, broadcast, channels-last 4-D with gaps, without
+# elements, and dense in more dims than merge.
 LAYOUTS = {
     "row-major": lambda d: _randn(3, 7, 5, device=d),
     "permuted": lambda d: _randn(5, 3, 7, device=d).permute(1, 2, 0),
@@ -465,6 +465,9 @@ LAYOUTS = {
     "broadcast": lambda d: _randn(1, 7, 5, device=d).expand(3, 7, 5),
     "channels-last gaps": lambda d: _randn(2, 3, 7, 10, device=d).to(memory_format=torch.channels_last)[..., ::2],
     "empty": lambda d: _randn(0, 7, 5, device=d).transpose(0, 1),
+    # Dense, but no two neighbouring dims merge: more sequence dims than the kernels index
+    # (kMaxSeqDims), so the op scans row-major copies and copies its outputs back.
+    "8-D reversed": lambda d: _randn(2, 3, 2, 3, 2, 3, 2, 5, device=d).permute(7, 6, 5, 4, 3, 2, 1, 0),
 }
 
 
@@ -477,6 +480,8 @@ def test_outputs_laid_out_as_empty_like(layout, device):
     x = LAYOUTS[layout](device)
     c = torch.rand_like(x)
     config = (1, False, 0, 0, 0, 0, 3)
+    torch.library.opcheck(torch.ops.linrec.linrec_fwd.default, (x, c, None, *config),
+                          test_utils=("test_schema", "test_faketensor"))
     y = torch.ops.linrec.linrec_fwd(x, c, None, *config)
     assert y.stride() == torch.empty_like(x).stride()
     dx, dc, dh = torch.ops.linrec.linrec_bwd(x, c, y, None, *config)

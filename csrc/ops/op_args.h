@@ -217,6 +217,16 @@ struct ForwardCall {
   Storage storage;
   bool empty;
   std::vector<Tensor> copies;  // what p reads in place of the arguments, if build_index needed copies
+  std::optional<Tensor> laid_out;  // with copies: the result, laid out as empty_like(inputs)
+
+  // The op's result, after the kernel: the outputs, or where the kernel wrote row-major ones (the
+  // copies' path), those copied into empty_like's layout, which the fake kernels promise to
+  // traced graphs (inductor checks it).
+  Tensor result() {
+    if (!laid_out) return outputs;
+    torch::stable::copy_(*laid_out, outputs);
+    return *laid_out;
+  }
 };
 
 inline ForwardCall prepare_fwd(const Tensor& inputs, const Tensor& coeffs, const std::optional<Tensor>& initial,
@@ -251,6 +261,7 @@ inline ForwardCall prepare_fwd(const Tensor& inputs, const Tensor& coeffs, const
     call.copies = {torch::stable::contiguous(inputs), torch::stable::contiguous(coeffs)};
     if (h0) call.copies.push_back(torch::stable::contiguous(*h0));
     x = &call.copies[0], c = &call.copies[1], h0 = h0 ? &call.copies[2] : nullptr;
+    call.laid_out = call.outputs;
     call.outputs = row_major_like(inputs);
     STD_TORCH_CHECK(index(), "linrec: internal error: contiguous tensors must merge into two batch dims");
   }
@@ -268,7 +279,15 @@ struct BackwardCall {
   Storage storage;
   bool empty;
   std::vector<Tensor> copies;  // as ForwardCall's
-  std::tuple<Tensor, Tensor, Tensor> grads() const { return {d_inputs, d_coeffs, d_initial}; }
+  std::optional<Tensor> laid_out_d_inputs, laid_out_d_coeffs;  // as ForwardCall's laid_out
+
+  // The op's result, after the kernel, as ForwardCall::result (d_initial is row-major either way).
+  std::tuple<Tensor, Tensor, Tensor> grads() {
+    if (!laid_out_d_inputs) return {d_inputs, d_coeffs, d_initial};
+    torch::stable::copy_(*laid_out_d_inputs, d_inputs);
+    torch::stable::copy_(*laid_out_d_coeffs, d_coeffs);
+    return {*laid_out_d_inputs, *laid_out_d_coeffs, d_initial};
+  }
 };
 
 inline BackwardCall prepare_bwd(const Tensor& d_outputs, const Tensor& coeffs, const Tensor& outputs,
@@ -320,6 +339,8 @@ inline BackwardCall prepare_bwd(const Tensor& d_outputs, const Tensor& coeffs, c
     call.copies = {torch::stable::contiguous(d_outputs), torch::stable::contiguous(coeffs), torch::stable::contiguous(outputs)};
     if (h0) call.copies.push_back(torch::stable::contiguous(*h0));
     dy = &call.copies[0], c = &call.copies[1], y = &call.copies[2], h0 = h0 ? &call.copies[3] : nullptr;
+    call.laid_out_d_inputs = call.d_inputs;
+    call.laid_out_d_coeffs = call.d_coeffs;
     call.d_inputs = row_major_like(d_outputs);
     call.d_coeffs = row_major_like(d_outputs, d_coeffs_dtype);
     STD_TORCH_CHECK(index(), "linrec: internal error: contiguous tensors must merge into two batch dims");

@@ -20,7 +20,7 @@ Tensor linrec_fwd_cpu(Tensor inputs, Tensor coeffs, std::optional<Tensor> initia
   check_kernel_args(reverse, kernel, elems_per_thread, threads_per_block, memcode, algocode);
   ForwardCall call = prepare_fwd(inputs, coeffs, initial, dim, reverse != 0, log_coeffs, cuts);
   if (!call.empty) cpu_fwd(call.p, call.storage);
-  return call.outputs;
+  return call.result();
 }
 
 std::tuple<Tensor, Tensor, Tensor> linrec_bwd_cpu(Tensor d_outputs, Tensor coeffs, Tensor outputs,

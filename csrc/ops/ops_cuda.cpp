@@ -85,7 +85,7 @@ Tensor linrec_fwd_cuda(Tensor inputs, Tensor coeffs, std::optional<Tensor> initi
   launch_on_current_stream(inputs, call.p, call.storage,
                            {kernel, elems_per_thread, threads_per_block, memcode, algocode}, interleaved, false,
                            &cuda_fwd);
-  return call.outputs;
+  return call.result();
 }
 
 std::tuple<Tensor, Tensor, Tensor> linrec_bwd_cuda(Tensor d_outputs, Tensor coeffs, Tensor outputs,
