@@ -54,6 +54,9 @@ struct SelectiveParams {
   const void* D = nullptr;          // (dim,) or nullptr
   const void* delta_bias = nullptr; // (dim,) or nullptr
   const void* initial = nullptr;    // (batch, dim, N) contiguous, or nullptr: zero
+  // Packed sequences: (L,), nonzero at each position where a segment begins in scan order; the
+  // decay exp(dt * A) reads as 0 there, so the state restarts, and its gradients are 0. Or nullptr.
+  const uint8_t* cuts = nullptr;
   void* y = nullptr;                // (batch, dim, L) contiguous
   void* last_state = nullptr;       // (batch, dim, N) contiguous
   void* checkpoints = nullptr;      // (batch, dim, num_checkpoints(L), N) contiguous

@@ -627,3 +627,119 @@ def test_checkpoint_count():
     _, _, checkpoints = fwd_op(*op_args(args))
     assert checkpoints.shape == (1, 2, math.ceil(300 / 128), 3)
     torch.testing.assert_close(checkpoints[:, :, 0], args["initial_state"])
+
+
+# -- Packed sequences (cu_seqlens): each segment scanned on its own, against the float64 loop a segment
+
+SEGMENTS = [0, 0, 1, 131, 150]  # an empty segment, one step, one across the 128-step checkpoint, the rest
+
+
+def segment_slices(args, cu):
+    """args cut to each segment along the length (per-channel B, C and the per-channel tensors whole)."""
+    for start, end in zip(cu[:-1], cu[1:]):
+        yield {k: (v[..., start:end] if k in ("u", "delta", "z") or (k in ("B", "C") and v.dim() >= 3) else v)
+               for k, v in args.items()}
+
+
+def packed_reference(args, cu, reverse, **options):
+    """(y, last_state) of a packed call from the loop over each segment alone: y concatenated, the
+    last state that of the last nonempty segment in scan order."""
+    outs = [reference(**a, reverse=reverse, **options) for a in segment_slices(args, cu)]
+    y = torch.cat([y for y, _ in outs], -1)
+    nonempty = [last for (_, last), s, e in zip(outs, cu[:-1], cu[1:]) if e > s]
+    return y, (nonempty[0] if reverse else nonempty[-1])
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("b_form,c_form,groups", [("step", "channel", 1), ("group", "group", 2),
+                                                   ("channel", "step", 1)])
+def test_cu_seqlens_scans_each_segment(b_form, c_form, groups, reverse):
+    """selective_scan(cu_seqlens=...) on the CPU kernel: y, the last state and every gradient as the
+    float64 loop over each segment alone (empty and one-step segments, one across a checkpoint)."""
+    args = make_args(2, 4, 3, SEGMENTS[-1], b_form, c_form, groups, seed=21)
+    del args["initial_state"]
+    cu = torch.tensor(SEGMENTS)
+    options = dict(delta_softplus=True)
+    (y, last), grads = grads_of(lambda **a: scan(**a, cu_seqlens=cu, reverse=reverse, **options), args,
+                                weights_for(args))
+    (y_ref, last_ref), grads_ref = grads_of(lambda **a: packed_reference(a, SEGMENTS, reverse, **options), args,
+                                            weights_for(args))
+    torch.testing.assert_close(y, y_ref, rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(last, last_ref, rtol=1e-9, atol=1e-10)
+    for name in args:
+        torch.testing.assert_close(grads[name], grads_ref[name], rtol=1e-9, atol=1e-10,
+                                   msg=lambda m, name=name: f"d{name}: {m}")
+
+
+def test_cu_seqlens_compile_fullgraph():
+    """torch.compile(fullgraph=True) traces a packed call and its backward: values and gradients as eager."""
+    args = make_args(2, 4, 3, 20, "step", "channel", seed=26)
+    del args["initial_state"]
+    cu = torch.tensor([0, 6, 20])
+    call = lambda **a: scan(**a, cu_seqlens=cu, delta_softplus=True)  # noqa: E731
+    (y, last), grads = grads_of(torch.compile(call, fullgraph=True, backend="aot_eager"), args, weights_for(args))
+    (y_e, last_e), grads_e = grads_of(call, args, weights_for(args))
+    torch.testing.assert_close(y, y_e, rtol=0, atol=0)
+    torch.testing.assert_close(last, last_e, rtol=0, atol=0)
+    for name in args:
+        torch.testing.assert_close(grads[name], grads_e[name], rtol=1e-14, atol=1e-14)
+
+
+def test_cu_seqlens_one_segment_is_the_plain_scan():
+    args = make_args(2, 4, 3, 40, "step", "step", seed=22)
+    del args["initial_state"]
+    y, last = scan(**args, cu_seqlens=torch.tensor([0, 40]))
+    y_plain, last_plain = scan(**args)
+    torch.testing.assert_close(y, y_plain, rtol=0, atol=0)
+    torch.testing.assert_close(last, last_plain, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("change,message", [
+    (dict(initial_state=torch.zeros(2, 4, 3, dtype=torch.float64)), "cu_seqlens and initial_state exclude each other"),
+    (dict(cu_seqlens=torch.tensor([0, 5, 9])), r"cu_seqlens must start at 0 and end at u.shape\[2\] = 10"),
+    (dict(cu_seqlens=torch.tensor([0, 6, 5, 10])), "cu_seqlens must be nondecreasing"),
+    (dict(cu_seqlens=torch.tensor([0.0, 10.0])), "cu_seqlens has dtype torch.float32"),
+])
+def test_cu_seqlens_refusals_name_the_argument(change, message):
+    args = make_args(2, 4, 3, 10, "step", "step", extras=False, seed=23)
+    with pytest.raises(ValueError, match=message):
+        linrec.selective_scan(**{**args, "cu_seqlens": torch.tensor([0, 4, 10]), **change})
+
+
+def test_opcheck_with_cuts():
+    """The ops with cuts: schema, fake kernels and autograd registration (opcheck), on the CPU kernel."""
+    args = make_args(2, 4, 3, 150, "group", "channel", 2, extras=False, seed=24)
+    cuts = torch.zeros(150, dtype=torch.bool)
+    cuts[[0, 7, 130]] = True
+    fwd = op_args(args) + (cuts,)
+    torch.library.opcheck(fwd_op, fwd)
+    torch.library.opcheck(torch.ops.linrec._selective_scan_fwd.default, fwd)
+    y, last, checkpoints = fwd_op(*fwd)
+    d_y, d_last = torch.randn_like(y), torch.randn_like(last)
+    torch.library.opcheck(bwd_op, (d_y, d_last) + fwd[:9] + (checkpoints,) + fwd[9:])
+    with pytest.raises(RuntimeError, match="cuts and initial_state exclude each other"):
+        fwd_op(*fwd[:8], torch.zeros(2, 4, 3, dtype=torch.float64), *fwd[9:])
+
+
+@needs_cuda_kernels
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_cu_seqlens_on_cuda(dtype, reverse):
+    """selective_scan(cu_seqlens=...) on CUDA tensors (the Triton implementation) against the CPU
+    kernel in float64 on the same rounded arguments: y, the last state and every gradient."""
+    args = make_args(2, 8, 4, 300, "group", "channel", 2, seed=25)
+    del args["initial_state"]
+    cu = torch.tensor([0, 3, 3, 140, 260, 300])
+    gpu = {k: v.detach().requires_grad_() for k, v in to_device(args, "cuda", dtype).items()}
+    y, last = scan(**gpu, cu_seqlens=cu.cuda(), reverse=reverse, delta_softplus=True)
+    leaves = {k: v.detach().cpu().double().requires_grad_() for k, v in gpu.items()}
+    y_ref, last_ref = scan(**leaves, cu_seqlens=cu, reverse=reverse, delta_softplus=True)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    compare("y", y, y_ref, tol)
+    compare("last_state", last, last_ref, tol)
+    w_y, w_last = weights_for(leaves)
+    grads = torch.autograd.grad((y.double() * w_y.cuda()).sum() + (last.double() * w_last.cuda()).sum(),
+                                list(gpu.values()))
+    grads_ref = torch.autograd.grad((y_ref * w_y).sum() + (last_ref * w_last).sum(), list(leaves.values()))
+    for name, got, want in zip(gpu, grads, grads_ref):
+        compare(f"d{name}", got.double(), want, tol)

@@ -190,14 +190,35 @@ def test_gpu_tile_shapes(monkeypatch):
     check(Case(batch=1, dim=4, states=3, length=130, reverse=True, B=1, C=1))
 
 
+@pytest.mark.parametrize("reverse", [False, True])
+def test_cuts_match_the_cpu_kernel(reverse):
+    """Packed sequences (cuts): forward and backward as the CPU kernel's (checked there against a loop
+    over each segment, tests/test_selective_scan.py), with cuts at the first step, next to each
+    other, across chunk edges and the 128-step checkpoint."""
+    case = Case(batch=2, dim=4, states=3, length=150, reverse=reverse, B=2, C="channel", initial_state=False)
+    args, d_y, d_last_state = make_inputs(case)
+    cuts = torch.zeros(case.length, dtype=torch.bool, device=DEVICE)
+    cuts[[0, 1, 2, 15, 16, 127, 128, 140]] = True
+    cpu = [t.cpu() if t is not None else None for t in args]
+    out = selective.selective_scan_fwd(*args, case.softplus, int(reverse), cuts)
+    want = torch.ops.linrec.selective_scan_fwd(*cpu, case.softplus, int(reverse), 0, 0, cuts.cpu())
+    for name, got, ref in zip(("y", "last_state", "checkpoints"), out, want):
+        assert rel_error(got.cpu(), ref) < 1e-10, name
+    grads = selective.selective_scan_bwd(d_y, d_last_state, *args, out[2], case.softplus, int(reverse), cuts)
+    want = torch.ops.linrec.selective_scan_bwd(d_y.cpu(), d_last_state.cpu(), *cpu, want[2], case.softplus,
+                                               int(reverse), 0, 0, cuts.cpu())
+    for name, got, ref in zip(GRAD_NAMES, grads, want):
+        assert got.shape == ref.shape and (ref.numel() == 0 or rel_error(got.cpu(), ref) < 1e-10), name
+
+
 COMPILE_FOR_SM90 = """
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from linrec.impl import triton_selective as impl
 VALUE_POINTERS = {"u_ptr", "delta_ptr", "z_ptr", "y_ptr", "d_y_ptr", "d_u_ptr", "d_delta_ptr", "d_z_ptr"}
-FLAGS = {"HAS_Z", "HAS_D", "HAS_BIAS", "HAS_INITIAL", "HAS_D_LAST", "B_PER_STEP", "C_PER_STEP", "SOFTPLUS",
-         "REVERSE"}
+FLAGS = {"HAS_Z", "HAS_D", "HAS_BIAS", "HAS_INITIAL", "HAS_D_LAST", "HAS_CUTS", "B_PER_STEP", "C_PER_STEP",
+         "SOFTPLUS", "REVERSE"}
 SIZES = {"BLOCK_D": 4, "N_PAD": 16, "CHUNK": 32, "CHECKPOINT": impl.CHECKPOINT_STEPS}
 for kernel in ("_selective_fwd_kernel", "_selective_bwd_kernel"):
     fn = getattr(impl, kernel)
@@ -205,7 +226,9 @@ for kernel in ("_selective_fwd_kernel", "_selective_bwd_kernel"):
     for dtype, flags in (("fp32", True), ("bf16", False)):
         signature, constexprs = {}, {}
         for i, name in enumerate(fn.arg_names):
-            if name.endswith("_ptr"):
+            if name == "cuts_ptr":
+                signature[name] = "*u8"
+            elif name.endswith("_ptr"):
                 signature[name] = "*" + (dtype if name in VALUE_POINTERS else "fp32")
             elif name in FLAGS or name in SIZES:
                 signature[name] = "constexpr"

@@ -1,5 +1,5 @@
 // The fused selective scan's CPU kernels: each (batch, channel) walks its sequence in scan
-// order, all N states a step. Arithmetic is float64 for float64 storage, float32 otherwise.
+// order, all N states a step (the decay 0 at the cuts of packed sequences). Arithmetic is float64 for float64 storage, float32 otherwise.
 // The math is selective_params.h's; the forward saves the state entering steps 0, 128, ...
 // (the checkpoints), from which the backward rebuilds a span's states, last span first, and
 // walks it back with the state gradient.
@@ -58,6 +58,10 @@ struct Channel {
   Acc B(int64_t n, int64_t t) const { return bc(p.B, p.b_strides, p.b_per_step, n, t); }
   Acc C(int64_t n, int64_t t) const { return bc(p.C, p.c_strides, p.c_per_step, n, t); }
   Acc A(int64_t n) const { return static_cast<const Acc*>(p.A)[d * p.states + n]; }
+  // Whether step t begins a segment of a packed sequence: its decay reads as 0 there.
+  bool cut(int64_t t) const { return p.cuts && p.cuts[pos(t)]; }
+  // The decay exp(dt * A) of state n at a step (0 at a cut).
+  Acc decay(Acc dt, int64_t n, bool cut_here) const { return cut_here ? Acc(0) : std::exp(dt * A(n)); }
   Acc D() const { return p.D ? static_cast<const Acc*>(p.D)[d] : Acc(0); }
   int64_t state_at(int64_t n) const { return (b * p.dim + d) * p.states + n; }
   int64_t checkpoint_at(int64_t k, int64_t n) const {
@@ -79,9 +83,10 @@ void fwd(const SelectiveParams& p) {
         if (t % kCheckpointSteps == 0)  // the state entering step t
           std::copy(h.begin(), h.end(), static_cast<Acc*>(p.checkpoints) + ch.checkpoint_at(t / kCheckpointSteps, 0));
         const Acc dt = ch.dt(ch.raw_dt(t)), u = ch.u(t);
+        const bool cut = ch.cut(t);
         Acc y = 0;
         for (int64_t n = 0; n < N; ++n) {
-          h[n] = std::exp(dt * ch.A(n)) * h[n] + dt * u * ch.B(n, t);
+          h[n] = ch.decay(dt, n, cut) * h[n] + dt * u * ch.B(n, t);
           y += ch.C(n, t) * h[n];
         }
         y += ch.D() * u;
@@ -140,8 +145,9 @@ void bwd(const SelectiveGradParams& p) {
           for (int64_t n = 0; n < N; ++n) before[n] = static_cast<const Acc*>(p.checkpoints)[ch.checkpoint_at(span, n)];
           for (int64_t t = t0; t + 1 < t1; ++t) {
             const Acc dt = ch.dt(ch.raw_dt(t)), u = ch.u(t);
+            const bool cut = ch.cut(t);
             Acc* h = &before[(t - t0) * N];
-            for (int64_t n = 0; n < N; ++n) h[N + n] = std::exp(dt * ch.A(n)) * h[n] + dt * u * ch.B(n, t);
+            for (int64_t n = 0; n < N; ++n) h[N + n] = ch.decay(dt, n, cut) * h[n] + dt * u * ch.B(n, t);
           }
           for (int64_t t = t1 - 1; t >= t0; --t) {
             const Acc raw = ch.raw_dt(t), dt = ch.dt(raw), u = ch.u(t);
@@ -149,9 +155,10 @@ void bwd(const SelectiveGradParams& p) {
             const Acc sz = p.z ? sigmoid(ch.z(t)) : Acc(1);
             const Acc g_pre = p.z ? dy * ch.z(t) * sz : dy;  // the gradient of y before the gate
             const Acc* h_prev = &before[(t - t0) * N];
+            const bool cut = ch.cut(t);  // a = 0: no gradient through it, none carried past it
             Acc d_dt = 0, d_u = Dd * g_pre, y_pre = Dd * u;
             for (int64_t n = 0; n < N; ++n) {
-              const Acc A = ch.A(n), a = std::exp(dt * A), Bn = ch.B(n, t), Cn = ch.C(n, t);
+              const Acc A = ch.A(n), a = ch.decay(dt, n, cut), Bn = ch.B(n, t), Cn = ch.C(n, t);
               const Acc h = a * h_prev[n] + dt * u * Bn;
               y_pre += Cn * h;
               const Acc dh = Cn * g_pre + dh_carry[n];

@@ -92,7 +92,7 @@ inline SelectiveInputs check_selective_inputs(SelectiveParams& p, const Tensor& 
                                               const std::optional<Tensor>& z,
                                               const std::optional<Tensor>& delta_bias,
                                               const std::optional<Tensor>& initial_state, bool delta_softplus,
-                                              bool reverse) {
+                                              bool reverse, const std::optional<Tensor>& cuts) {
   check_defined(u, "u");
   STD_TORCH_CHECK(u.dim() == 3, "linrec: u has shape ", shape_text(u), "; expected (batch, dim, L)");
   SelectiveInputs in;
@@ -153,6 +153,9 @@ inline SelectiveInputs check_selective_inputs(SelectiveParams& p, const Tensor& 
   if (D) p.D = contiguous(*D);
   if (delta_bias) p.delta_bias = contiguous(*delta_bias);
   if (initial_state) p.initial = contiguous(*initial_state);
+  p.cuts = cuts_of(cuts, u, "u", 2, false);
+  STD_TORCH_CHECK(!cuts || !initial_state, "linrec: cuts and initial_state exclude each other (each segment of a "
+                                           "packed sequence starts from a zero state)");
   return in;
 }
 
@@ -171,10 +174,11 @@ inline SelectiveFwdCall prepare_selective_fwd(const Tensor& u, const Tensor& del
                                               const std::optional<Tensor>& z,
                                               const std::optional<Tensor>& delta_bias,
                                               const std::optional<Tensor>& initial_state, bool delta_softplus,
-                                              bool reverse) {
+                                              bool reverse, const std::optional<Tensor>& cuts) {
   SelectiveFwdCall call;
   SelectiveParams& p = call.p;
-  call.inputs = check_selective_inputs(p, u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse);
+  call.inputs =
+      check_selective_inputs(p, u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse, cuts);
   const ScalarType acc = call.inputs.acc;
   call.y = new_row_major(u, {p.batch, p.dim, p.seq_len});
   call.last_state = new_row_major(u, {p.batch, p.dim, p.states}, acc);
@@ -210,10 +214,11 @@ inline SelectiveBwdCall prepare_selective_bwd(const Tensor& d_y, const std::opti
                                               const std::optional<Tensor>& z,
                                               const std::optional<Tensor>& delta_bias,
                                               const std::optional<Tensor>& initial_state, const Tensor& checkpoints,
-                                              bool delta_softplus, bool reverse) {
+                                              bool delta_softplus, bool reverse, const std::optional<Tensor>& cuts) {
   SelectiveBwdCall call;
   SelectiveGradParams& p = call.p;
-  call.inputs = check_selective_inputs(p, u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse);
+  call.inputs =
+      check_selective_inputs(p, u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse, cuts);
   const ScalarType values = call.inputs.values, acc = call.inputs.acc;
   const int64_t batch = p.batch, dim = p.dim, states = p.states, length = p.seq_len;
   check_arg(d_y, "d_y", u, values, {batch, dim, length}, "u's shape (batch, dim, L)");
@@ -265,10 +270,11 @@ std::tuple<Tensor, Tensor, Tensor> selective_scan_fwd_op(Tensor u, Tensor delta,
                                                          std::optional<Tensor> D, std::optional<Tensor> z,
                                                          std::optional<Tensor> delta_bias,
                                                          std::optional<Tensor> initial_state, bool delta_softplus,
-                                                         int64_t reverse, int64_t steps_per_thread, int64_t warps) {
+                                                         int64_t reverse, int64_t steps_per_thread, int64_t warps,
+                                                         std::optional<Tensor> cuts) {
   check_selective_args(reverse, steps_per_thread, warps);
   SelectiveFwdCall call =
-      prepare_selective_fwd(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse != 0);
+      prepare_selective_fwd(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse != 0, cuts);
   Kernels::fwd(call, steps_per_thread, warps);
   return call.outputs();
 }
@@ -278,10 +284,10 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tenso
     Tensor d_y, std::optional<Tensor> d_last_state, Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C,
     std::optional<Tensor> D, std::optional<Tensor> z, std::optional<Tensor> delta_bias,
     std::optional<Tensor> initial_state, Tensor checkpoints, bool delta_softplus, int64_t reverse,
-    int64_t steps_per_thread, int64_t warps) {
+    int64_t steps_per_thread, int64_t warps, std::optional<Tensor> cuts) {
   check_selective_args(reverse, steps_per_thread, warps);
   SelectiveBwdCall call = prepare_selective_bwd(d_y, d_last_state, u, delta, A, B, C, D, z, delta_bias, initial_state,
-                                                checkpoints, delta_softplus, reverse != 0);
+                                                checkpoints, delta_softplus, reverse != 0, cuts);
   Kernels::bwd(call, steps_per_thread, warps);
   return call.grads();
 }

@@ -39,9 +39,10 @@ def check_log_number(coeffs) -> None:
             raise ValueError(f"linrec: coeffs={coeffs!r} with log_coeffs=True overflows exp") from None
 
 
-def check_cu_seqlens(cu_seqlens, inputs: torch.Tensor, dim: int) -> None:
-    """A 1-D int32 / int64 tensor on inputs' device, [0, e1, ..., inputs.shape[dim]], nondecreasing.
-    The values are checked on CPU tensors only: on CUDA that would wait for the device."""
+def check_cu_seqlens(cu_seqlens, inputs: torch.Tensor, dim: int, name: str = "inputs") -> None:
+    """A 1-D int32 / int64 tensor on inputs' device, [0, e1, ..., inputs.shape[dim]], nondecreasing;
+    `name` is inputs' in the errors. The values are checked on CPU tensors only: on CUDA that would
+    wait for the device."""
     if not isinstance(cu_seqlens, torch.Tensor):
         raise ValueError(f"linrec: cu_seqlens must be a 1-D integer tensor, got {type(cu_seqlens).__name__}")
     if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 1:
@@ -50,12 +51,12 @@ def check_cu_seqlens(cu_seqlens, inputs: torch.Tensor, dim: int) -> None:
     if cu_seqlens.dtype not in SEGMENT_INDEX_DTYPES:
         raise ValueError(f"linrec: cu_seqlens has dtype {cu_seqlens.dtype}; expected torch.int32 or torch.int64")
     if cu_seqlens.device != inputs.device:
-        raise ValueError(f"linrec: cu_seqlens is on {cu_seqlens.device} but inputs is on {inputs.device}")
+        raise ValueError(f"linrec: cu_seqlens is on {cu_seqlens.device} but {name} is on {inputs.device}")
     if cu_seqlens.device.type != "cpu" or torch.compiler.is_compiling():
         return
     length = inputs.shape[dim]
     if cu_seqlens[0].item() != 0 or cu_seqlens[-1].item() != length:
-        raise ValueError(f"linrec: cu_seqlens must start at 0 and end at inputs.shape[dim] = {length}, got "
+        raise ValueError(f"linrec: cu_seqlens must start at 0 and end at {name}.shape[{dim}] = {length}, got "
                          f"{cu_seqlens[0].item()} .. {cu_seqlens[-1].item()}")
     if cu_seqlens.numel() > 1 and bool((cu_seqlens[1:] < cu_seqlens[:-1]).any()):
         raise ValueError("linrec: cu_seqlens must be nondecreasing")
@@ -87,6 +88,17 @@ def segment_initial(initial, inputs: torch.Tensor, dim: int, num_segments: int):
                      f"({num_segments} segments along dim {dim}) or broadcastable to it, got {tuple(initial.shape)}")
 
 
+def cut_flags(cu_seqlens, length: int, reverse: bool, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(cuts, first, nonempty): the kernels' flags, one a step, set at each segment's first step in
+    scan order; each segment's first step (`length` for an empty segment); which segments have steps."""
+    starts, ends = cu_seqlens[:-1].long(), cu_seqlens[1:].long()
+    nonempty = ends > starts
+    # An empty segment has no first step: its flag goes to a scratch slot past the end.
+    first = torch.where(nonempty, ends - 1 if reverse else starts, length)
+    cuts = torch.zeros(length + 1, dtype=torch.bool, device=device).index_fill_(0, first, True)[:length]
+    return cuts, first, nonempty
+
+
 def scan_segments(scan, inputs, coeffs, initial, dim: int, reverse: bool, cu_seqlens, log_coeffs=False):
     """`scan(inputs, coeffs, initial, dim, reverse, log_coeffs, cuts)` over each segment of
     cu_seqlens (see above). inputs and coeffs come as _args.normalize gives them; initial from
@@ -94,11 +106,7 @@ def scan_segments(scan, inputs, coeffs, initial, dim: int, reverse: bool, cu_seq
     length = inputs.shape[dim]
     if length == 0:
         return scan(inputs, coeffs, None, dim, reverse, log_coeffs, None)
-    starts, ends = cu_seqlens[:-1].long(), cu_seqlens[1:].long()
-    nonempty = ends > starts
-    # An empty segment has no first step: its flag goes to a scratch slot past the end.
-    first = torch.where(nonempty, ends - 1 if reverse else starts, length)
-    cuts = torch.zeros(length + 1, dtype=torch.bool, device=inputs.device).index_fill_(0, first, True)[:length]
+    cuts, first, nonempty = cut_flags(cu_seqlens, length, reverse, inputs.device)
     if initial is not None:
         # y[first] = c[first] * initial[k] + x[first]; an empty segment adds 0 (at any step).
         at = first.clamp_max(length - 1)

@@ -9,11 +9,13 @@ devices the build has kernels for), or the Triton implementation on other CUDA d
 
 from __future__ import annotations
 
+import importlib.util
 import numbers
 
 import torch
 
 from ._backend import cuda_backend
+from ._segments import check_cu_seqlens, cut_flags
 from ._selective_ops import SelectiveScanFunction, SelectiveScanTransformable, fwd_op_no_autograd, triton_fwd_op
 
 MAX_STATES = 256
@@ -70,7 +72,8 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
                    D: torch.Tensor | None = None, z: torch.Tensor | None = None,
                    delta_bias: torch.Tensor | None = None, delta_softplus: bool = False,
                    return_last_state: bool = False, *, initial_state: torch.Tensor | None = None,
-                   reverse: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+                   reverse: bool = False,
+                   cu_seqlens: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The selective scan of Mamba (S6), fused, with the arguments of mamba_ssm's selective_scan_fn.
 
     For batch b, channel d, state n and step l, with dt = delta (+ delta_bias, through softplus
@@ -99,6 +102,13 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
         initial_state: optional (batch, channels, states) state before the first step (zeros
             when None): with the last state, a long sequence runs as consecutive calls.
         reverse: scan from the last step to the first.
+        cu_seqlens: packed sequences of different lengths along the length dim: a 1-D int32 /
+            int64 tensor [0, e1, ..., length] on u's device; segment k is steps cu_seqlens[k] ..
+            cu_seqlens[k+1]-1, scanned on its own from a zero state (the decay is 0 at its first
+            step in scan order), in reverse too. Excludes initial_state; the last state is the
+            state after the last step in scan order, that of the last segment (the first with
+            reverse). Runs on the CPU kernel, and in Triton on CUDA tensors (the compiled CUDA
+            kernels take no cuts yet). Its values are checked on CPU tensors only.
 
     Returns:
         y, (batch, channels, length) in u's dtype; with return_last_state, (y, last_state),
@@ -111,7 +121,7 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
         ValueError: a wrong type, dtype, device or shape, naming the argument.
 
     On CUDA tensors the compiled kernels run when the build has them for the device, the
-    Triton implementation otherwise (LINREC_BACKEND=cuda|triton forces one).
+    Triton implementation otherwise (LINREC_BACKEND=cuda|triton forces one), and with cu_seqlens.
     """
     delta_softplus = _check_flag("delta_softplus", delta_softplus)
     return_last_state = _check_flag("return_last_state", return_last_state)
@@ -156,12 +166,25 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
     delta, z = _cast(delta, u.dtype), _cast(z, u.dtype)
     A, D, delta_bias, initial_state = _cast(A, acc), _cast(D, acc), _cast(delta_bias, acc), _cast(initial_state, acc)
 
+    cuts = None
+    if cu_seqlens is not None:
+        check_cu_seqlens(cu_seqlens, u, 2, "u")
+        if initial_state is not None:
+            raise ValueError("linrec: cu_seqlens and initial_state exclude each other: each segment of a packed "
+                             "sequence starts from a zero state")
+        cuts = cut_flags(cu_seqlens, length, reverse, u_device)[0]
+
     tensors = (u, delta, A, B, C, D, z, delta_bias, initial_state)
     index = u_device.index if u_device.index is not None else (torch.cuda.current_device() if u.is_cuda else 0)
-    if u.is_cuda and cuda_backend(index) == "triton":
-        y, last_state, _ = triton_fwd_op(*tensors, delta_softplus, reverse)
+    if u.is_cuda and (cuts is not None or cuda_backend(index) == "triton"):
+        if cuts is not None and importlib.util.find_spec("triton") is None:
+            raise ValueError("linrec: selective_scan with cu_seqlens on CUDA tensors runs the Triton implementation "
+                             "(the compiled CUDA kernels take no packed sequences yet), and Triton is not installed")
+        y, last_state, _ = triton_fwd_op(*tensors, delta_softplus, reverse, cuts)
     else:
         config = (delta_softplus, reverse, 0, 0)  # steps_per_thread, warps: the automatic config
+        if cuts is not None:
+            config += (cuts,)
         if torch._C._are_functorch_transforms_active():
             y, last_state, _ = SelectiveScanTransformable.apply(*tensors, config)
         elif torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):

@@ -22,7 +22,7 @@ fwd_op_no_autograd = torch.ops.linrec._selective_scan_fwd  # for SelectiveScanFu
 bwd_op = torch.ops.linrec.selective_scan_bwd
 
 
-def _check_fake_args(named_tensors, reverse, config):
+def _check_fake_args(named_tensors, reverse, steps_per_thread, warps, cuts):
     """Checks of csrc/ops/selective_args.h that need no data, in the fake kernels: torch.compile
     traces these, and the dispatcher sends here any call with a meta tensor among its arguments,
     where a CPU tensor beside it must not come back as an uninitialised result."""
@@ -32,11 +32,18 @@ def _check_fake_args(named_tensors, reverse, config):
             raise RuntimeError(f"linrec: {name} is on a different device than u")
     if reverse not in (0, 1):
         raise RuntimeError(f"linrec: reverse must be a bool (or 0 / 1), got {reverse}")
-    if config:
-        steps_per_thread, warps = config
-        if steps_per_thread < 0 or warps < 0 or (steps_per_thread == 0) != (warps == 0):
-            raise RuntimeError(f"linrec: steps_per_thread={steps_per_thread} and warps={warps} must both be 0 "
-                               "(automatic) or both positive")
+    if steps_per_thread < 0 or warps < 0 or (steps_per_thread == 0) != (warps == 0):
+        raise RuntimeError(f"linrec: steps_per_thread={steps_per_thread} and warps={warps} must both be 0 "
+                           "(automatic) or both positive")
+    if cuts is not None:
+        if cuts.dtype not in (torch.bool, torch.uint8) or cuts.dim() != 1 or cuts.shape[0] != u.shape[2]:
+            raise RuntimeError(f"linrec: cuts must be a 1-D bool or uint8 tensor, one element a step: {u.shape[2]} "
+                               "(u.shape[dim])")
+        if cuts.device != u.device:
+            raise RuntimeError("linrec: cuts is on a different device than u")
+        if dict(named_tensors).get("initial_state") is not None:
+            raise RuntimeError("linrec: cuts and initial_state exclude each other (each segment of a packed "
+                               "sequence starts from a zero state)")
 
 
 def _acc_dtype(u):
@@ -47,9 +54,11 @@ def _named(names, tensors):
     return tuple(zip(names.split(), tensors))
 
 
-def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse, *config):
+def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse, steps_per_thread=0,
+              warps=0, cuts=None):
     _check_fake_args(_named("u delta A B C D z delta_bias initial_state",
-                            (u, delta, A, B, C, D, z, delta_bias, initial_state)), reverse, config)
+                            (u, delta, A, B, C, D, z, delta_bias, initial_state)), reverse, steps_per_thread, warps,
+                     cuts)
     batch, dim, length = u.shape
     states = A.shape[1]
     acc = _acc_dtype(u)
@@ -59,10 +68,10 @@ def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus
 
 
 def _bwd_fake(d_y, d_last_state, u, delta, A, B, C, D, z, delta_bias, initial_state, checkpoints, delta_softplus,
-              reverse, *config):
+              reverse, steps_per_thread=0, warps=0, cuts=None):
     _check_fake_args(_named("u d_y d_last_state delta A B C D z delta_bias initial_state checkpoints",
                             (u, d_y, d_last_state, delta, A, B, C, D, z, delta_bias, initial_state, checkpoints)),
-                     reverse, config)
+                     reverse, steps_per_thread, warps, cuts)
     batch, dim, length = u.shape
     states = A.shape[1]
     acc = _acc_dtype(u)
@@ -88,33 +97,42 @@ torch.library.register_fake("linrec::selective_scan_bwd", _bwd_fake)
 @torch.library.custom_op("linrec::_selective_scan_fwd_triton", mutates_args=())
 def triton_fwd_op(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
                   D: torch.Tensor | None, z: torch.Tensor | None, delta_bias: torch.Tensor | None,
-                  initial_state: torch.Tensor | None, delta_softplus: bool,
-                  reverse: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                  initial_state: torch.Tensor | None, delta_softplus: bool, reverse: bool,
+                  cuts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     from .impl.triton_selective import selective_scan_fwd
 
-    return selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse)
+    return selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse, cuts)
 
 
 @torch.library.custom_op("linrec::_selective_scan_bwd_triton", mutates_args=())
 def triton_bwd_op(d_y: torch.Tensor, d_last_state: torch.Tensor | None, u: torch.Tensor, delta: torch.Tensor,
                   A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, D: torch.Tensor | None, z: torch.Tensor | None,
                   delta_bias: torch.Tensor | None, initial_state: torch.Tensor | None, checkpoints: torch.Tensor,
-                  delta_softplus: bool, reverse: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
-                                                                torch.Tensor, torch.Tensor, torch.Tensor,
-                                                                torch.Tensor, torch.Tensor, torch.Tensor]:
+                  delta_softplus: bool, reverse: bool,
+                  cuts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                                             torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                                             torch.Tensor]:
     from .impl.triton_selective import selective_scan_bwd
 
     return selective_scan_bwd(d_y, d_last_state, u, delta, A, B, C, D, z, delta_bias, initial_state, checkpoints,
-                              delta_softplus, reverse)
+                              delta_softplus, reverse, cuts)
 
 
-triton_fwd_op.register_fake(_fwd_fake)
-triton_bwd_op.register_fake(_bwd_fake)
+@triton_fwd_op.register_fake
+def _triton_fwd_fake(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse, cuts=None):
+    return _fwd_fake(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse, 0, 0, cuts)
+
+
+@triton_bwd_op.register_fake
+def _triton_bwd_fake(d_y, d_last_state, u, delta, A, B, C, D, z, delta_bias, initial_state, checkpoints,
+                     delta_softplus, reverse, cuts=None):
+    return _bwd_fake(d_y, d_last_state, u, delta, A, B, C, D, z, delta_bias, initial_state, checkpoints,
+                     delta_softplus, reverse, 0, 0, cuts)
 
 
 # -- Autograd, for both pairs
 
-_TENSOR_ARGS = 9  # u, delta, A, B, C, D, z, delta_bias, initial_state; then delta_softplus, reverse (, config)
+_TENSOR_ARGS = 9  # u, delta, A, B, C, D, z, delta_bias, initial_state; then delta_softplus, reverse, ...
 
 
 def _setup_context(ctx, inputs, output):

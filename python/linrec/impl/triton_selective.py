@@ -8,6 +8,9 @@ channel d, state n and step t of the scan (position l = t, or L-1-t in reverse):
     h[t, n] = a[t, n] * h[t-1, n] + x[t, n]         h[-1] = initial (or 0)
     y[l]    = (sum_n C[n, l] * h[t, n] + D[d] * u[l]) * silu(z[l])
 
+With cuts (packed sequences) a is 0 at each segment's first step in scan order: the state
+restarts there, and no gradient flows through a or into the state before it.
+
 A chunk of CHUNK steps is one tl.associative_scan over the pairs (a, x): two steps compose as
 (a1, x1) then (a2, x2) = (a1 * a2, a2 * x1 + x2), so the scanned x is h with the state entering
 the chunk at zero and the scanned a is the product of the coefficients so far, which carries
@@ -143,9 +146,21 @@ def _step_sizes(delta, bias, steps_ok, SOFTPLUS: tl.constexpr):
 
 
 @triton.jit
-def _scan_chunk(dt, dtu, A, B, state):
-    """The chunk's states h [BLOCK_D, N_PAD, CHUNK] from the state entering it, with a and x."""
+def _load_cuts(cuts_ptr, pos, steps_ok, HAS_CUTS: tl.constexpr):
+    """Which of a chunk's steps begin a segment of a packed sequence (none without cuts)."""
+    cut = pos < 0
+    if HAS_CUTS:
+        cut = tl.load(cuts_ptr + pos, mask=steps_ok, other=0) != 0
+    return cut
+
+
+@triton.jit
+def _scan_chunk(dt, dtu, A, B, state, cut, HAS_CUTS: tl.constexpr):
+    """The chunk's states h [BLOCK_D, N_PAD, CHUNK] from the state entering it, with a and x. At a
+    cut a is 0: the state restarts there, and no gradient flows through a or past it."""
     a = tl.exp(dt[:, None, :] * A[:, :, None])
+    if HAS_CUTS:
+        a = tl.where(cut[None, None, :], 0.0, a)
     x = dtu[:, None, :] * B
     cum_a, h = tl.associative_scan((a, x), axis=2, combine_fn=_combine)
     return a, x, h + cum_a * state[:, :, None]
@@ -172,13 +187,14 @@ def _program_channels(A_ptr, D_ptr, bias_ptr, dim, N, HAS_D: tl.constexpr, HAS_B
 
 @triton.jit
 def _selective_fwd_kernel(
-        u_ptr, delta_ptr, z_ptr, A_ptr, B_ptr, C_ptr, D_ptr, bias_ptr, initial_ptr,
+        u_ptr, delta_ptr, z_ptr, A_ptr, B_ptr, C_ptr, D_ptr, bias_ptr, initial_ptr, cuts_ptr,
         y_ptr, last_ptr, checkpoints_ptr,
         dim, N, L,
         s_u_b, s_u_d, s_u_l, s_dt_b, s_dt_d, s_dt_l, s_z_b, s_z_d, s_z_l,
         s_B_b, s_B_g, s_B_n, s_B_l, B_channels_per_group,
         s_C_b, s_C_g, s_C_n, s_C_l, C_channels_per_group,
         HAS_Z: tl.constexpr, HAS_D: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_INITIAL: tl.constexpr,
+        HAS_CUTS: tl.constexpr,
         B_PER_STEP: tl.constexpr, C_PER_STEP: tl.constexpr, SOFTPLUS: tl.constexpr, REVERSE: tl.constexpr,
         BLOCK_D: tl.constexpr, N_PAD: tl.constexpr, CHUNK: tl.constexpr, CHECKPOINT: tl.constexpr):
     acc = A_ptr.dtype.element_ty
@@ -211,7 +227,7 @@ def _selective_fwd_kernel(
         dt, _ = _step_sizes(_load_steps(delta_rows, pos, s_dt_l, tile_ok, acc), bias, steps_ok, SOFTPLUS)
         B = _load_bc(B_rows, B_rows_ok, pos, s_B_l, steps_ok, acc, B_PER_STEP)
         C = _load_bc(C_rows, C_rows_ok, pos, s_C_l, steps_ok, acc, C_PER_STEP)
-        _, _, h = _scan_chunk(dt, dt * u, A, B, state)
+        _, _, h = _scan_chunk(dt, dt * u, A, B, state, _load_cuts(cuts_ptr, pos, steps_ok, HAS_CUTS), HAS_CUTS)
         y = tl.sum(C * h, axis=1) + D[:, None] * u
         if HAS_Z:
             z = _load_steps(z_rows, pos, s_z_l, tile_ok, acc)
@@ -225,14 +241,14 @@ def _selective_fwd_kernel(
 @triton.jit
 def _selective_bwd_kernel(
         d_y_ptr, u_ptr, delta_ptr, z_ptr, A_ptr, B_ptr, C_ptr, D_ptr, bias_ptr, d_last_ptr, checkpoints_ptr,
-        scratch_ptr,
+        cuts_ptr, scratch_ptr,
         d_u_ptr, d_delta_ptr, d_z_ptr, d_A_ptr, d_B_ptr, d_C_ptr, d_D_ptr, d_bias_ptr, d_initial_ptr,
         dim, N, L,
         s_g_b, s_g_d, s_g_l, s_u_b, s_u_d, s_u_l, s_dt_b, s_dt_d, s_dt_l, s_z_b, s_z_d, s_z_l,
         s_B_b, s_B_g, s_B_n, s_B_l, B_channels_per_group, s_dB_b, s_dB_g, s_dB_n,
         s_C_b, s_C_g, s_C_n, s_C_l, C_channels_per_group, s_dC_b, s_dC_g, s_dC_n,
         HAS_Z: tl.constexpr, HAS_D: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_D_LAST: tl.constexpr,
-        B_PER_STEP: tl.constexpr, C_PER_STEP: tl.constexpr, SOFTPLUS: tl.constexpr, REVERSE: tl.constexpr,
+        HAS_CUTS: tl.constexpr, B_PER_STEP: tl.constexpr, C_PER_STEP: tl.constexpr, SOFTPLUS: tl.constexpr, REVERSE: tl.constexpr,
         BLOCK_D: tl.constexpr, N_PAD: tl.constexpr, CHUNK: tl.constexpr, CHECKPOINT: tl.constexpr):
     acc = A_ptr.dtype.element_ty
     first_channel, batch, channels, states, channels_ok, states_ok, cs_ok, cs, A, D, bias = _program_channels(
@@ -287,7 +303,7 @@ def _selective_bwd_kernel(
             u = _load_steps(u_rows, pos, s_u_l, tile_ok, acc)
             dt, _ = _step_sizes(_load_steps(delta_rows, pos, s_dt_l, tile_ok, acc), bias, steps_ok, SOFTPLUS)
             B = _load_bc(B_rows, B_rows_ok, pos, s_B_l, steps_ok, acc, B_PER_STEP)
-            _, _, h = _scan_chunk(dt, dt * u, A, B, state)
+            _, _, h = _scan_chunk(dt, dt * u, A, B, state, _load_cuts(cuts_ptr, pos, steps_ok, HAS_CUTS), HAS_CUTS)
             state = _column(h, cols, CHUNK - 1)
             tl.store(scratch_rows + (chunk + 1) * BLOCK_D * N_PAD, state)
         tl.debug_barrier()  # the scratch is written before any thread reads it
@@ -304,7 +320,7 @@ def _selective_bwd_kernel(
             dtu = dt * u
             B = _load_bc(B_rows, B_rows_ok, pos, s_B_l, steps_ok, acc, B_PER_STEP)
             C = _load_bc(C_rows, C_rows_ok, pos, s_C_l, steps_ok, acc, C_PER_STEP)
-            a, x, h = _scan_chunk(dt, dtu, A, B, state)
+            a, x, h = _scan_chunk(dt, dtu, A, B, state, _load_cuts(cuts_ptr, pos, steps_ok, HAS_CUTS), HAS_CUTS)
 
             if HAS_Z:
                 z = _load_steps(z_rows, pos, s_z_l, tile_ok, acc)
@@ -440,8 +456,10 @@ class _Launch(NamedTuple):
                     CHECKPOINT=CHECKPOINT_STEPS, num_warps=self.num_warps)
 
 
-def selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus: bool, reverse: int):
-    """The fused selective scan's forward, on normalised arguments (docs/design/0023-fused-selective-scan.md).
+def selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus: bool, reverse: int,
+                       cuts=None):
+    """The fused selective scan's forward, on normalised arguments (docs/design/0023-fused-selective-scan.md);
+    cuts: packed sequences, one flag a position, set where a segment begins in scan order (no initial_state).
 
     Returns y (batch, dim, L) in u's dtype, last_state (batch, dim, N) and checkpoints
     (batch, dim, ceil(L / 128), N): the state entering steps 0, 128, ... in scan order,
@@ -460,16 +478,17 @@ def selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias, initial_state, delta
         D.contiguous() if D is not None else A,
         delta_bias.contiguous() if delta_bias is not None else A,
         initial_state.contiguous() if initial_state is not None else A,
+        cuts.view(torch.uint8) if cuts is not None else u,
         y, last_state, checkpoints,
         dim, N, L, *u.stride(), *delta.stride(), *(z if z is not None else u).stride(),
         *run.B.strides, run.B.channels_per_group, *run.C.strides, run.C.channels_per_group,
         HAS_Z=z is not None, HAS_D=D is not None, HAS_BIAS=delta_bias is not None,
-        HAS_INITIAL=initial_state is not None, **run.meta(delta_softplus, reverse))
+        HAS_INITIAL=initial_state is not None, HAS_CUTS=cuts is not None, **run.meta(delta_softplus, reverse))
     return y, last_state, checkpoints
 
 
 def selective_scan_bwd(d_y, d_last_state, u, delta, A, B, C, D, z, delta_bias, initial_state, checkpoints,
-                       delta_softplus: bool, reverse: int):
+                       delta_softplus: bool, reverse: int, cuts=None):
     """The fused selective scan's backward, from the forward's checkpoints (from any backend).
 
     Returns (d_u, d_delta, d_A, d_B, d_C, d_D, d_z, d_delta_bias, d_initial_state): d_u, d_delta,
@@ -504,12 +523,12 @@ def selective_scan_bwd(d_y, d_last_state, u, delta, A, B, C, D, z, delta_bias, i
         D.contiguous() if D is not None else A,
         delta_bias.contiguous() if delta_bias is not None else A,
         d_last_state.contiguous() if d_last_state is not None else A,
-        checkpoints.contiguous(), scratch,
+        checkpoints.contiguous(), cuts.view(torch.uint8) if cuts is not None else u, scratch,
         d_u, d_delta, d_z if z is not None else d_u, d_A, d_B, d_C,
         d_D if D is not None else d_A, d_bias if delta_bias is not None else d_A, d_initial,
         dim, N, L, *d_y.stride(), *u.stride(), *delta.stride(), *(z if z is not None else u).stride(),
         *run.B.strides, run.B.channels_per_group, *d_B_strides,
         *run.C.strides, run.C.channels_per_group, *d_C_strides,
         HAS_Z=z is not None, HAS_D=D is not None, HAS_BIAS=delta_bias is not None,
-        HAS_D_LAST=d_last_state is not None, **run.meta(delta_softplus, reverse))
+        HAS_D_LAST=d_last_state is not None, HAS_CUTS=cuts is not None, **run.meta(delta_softplus, reverse))
     return grads
