@@ -14,12 +14,29 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._segments import check_cu_seqlens
 from .._selective import selective_scan
 
 
 def _scan_dtype(x: torch.Tensor) -> torch.dtype:
     """The dtype the state is computed in: float64 for float64 activations, else float32."""
     return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def _segment_causal_conv(x: torch.Tensor, conv: nn.Conv1d, cu_seqlens: torch.Tensor) -> torch.Tensor:
+    """conv's causal depthwise convolution of x (batch, channels, length) with each segment of
+    cu_seqlens on its own: a tap that reaches back past its segment's first step reads 0, as in
+    a call on the segment alone. One shifted product a tap (d_conv of them), device-side only."""
+    length, taps = x.shape[-1], conv.weight.shape[-1]
+    position = torch.arange(length, device=x.device)
+    # The segment holding each position: the first whose end lies past it (empty ones hold none).
+    segment = torch.searchsorted(cu_seqlens[1:].long(), position, right=True)
+    start = cu_seqlens[:-1].long()[segment.clamp_max(cu_seqlens.shape[0] - 2)]
+    out = conv.bias[:, None].to(x.dtype) if conv.bias is not None else torch.zeros((), dtype=x.dtype, device=x.device)
+    for back in range(taps):  # tap `back` steps back: x[t - back], weight column taps - 1 - back
+        reaching = F.pad(x, (back, 0))[..., :length] * (position - back >= start)
+        out = out + conv.weight[:, 0, taps - 1 - back, None].to(x.dtype) * reaching
+    return out
 
 
 class Mamba(nn.Module):
@@ -121,7 +138,8 @@ class Mamba(nn.Module):
 
         self.out_proj = nn.Linear(self.d_inner, d_model, bias=bias, **factory)
 
-    def forward(self, hidden_states: torch.Tensor, inference_params: Any = None) -> torch.Tensor:
+    def forward(self, hidden_states: torch.Tensor, inference_params: Any = None,
+                cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
         """(batch, length, d_model) -> (batch, length, d_model).
 
         inference_params, for generation as in mamba_ssm: an object with `key_value_memory_dict`
@@ -129,11 +147,19 @@ class Mamba(nn.Module):
         (conv_state, ssm_state) live in key_value_memory_dict[layer_idx], allocated on first use.
         With seqlen_offset 0 the call runs the whole prompt and leaves the states after its last
         token there; after that (seqlen_offset > 0) each call takes one token and runs `step`.
+
+        cu_seqlens: packed sequences along the length, [0, e1, ..., length] (int32 / int64, on the
+        input's device): each segment runs as if alone, its convolution and its scan starting
+        from zero (linrec.selective_scan's cu_seqlens). Not with inference_params.
         """
         if hidden_states.dim() != 3 or hidden_states.shape[-1] != self.d_model:
             raise ValueError(f"linrec: Mamba input of shape {tuple(hidden_states.shape)} must be "
                              f"(batch, length, d_model={self.d_model})")
         batch, length, _ = hidden_states.shape
+        if cu_seqlens is not None:
+            if inference_params is not None:
+                raise ValueError("linrec: Mamba takes cu_seqlens or inference_params, not both")
+            check_cu_seqlens(cu_seqlens, hidden_states, 1, "hidden_states")
         conv_state = ssm_state = None
         if inference_params is not None:
             conv_state, ssm_state = self._cached_states(inference_params, batch)
@@ -149,7 +175,10 @@ class Mamba(nn.Module):
         if conv_state is not None:
             # The last d_conv inputs, zeros in front where the prompt is shorter.
             conv_state.copy_(F.pad(x, (self.d_conv - length, 0)))
-        x = F.silu(self.conv1d(x)[..., :length])  # padded on both sides: the first `length` outputs are causal
+        if cu_seqlens is not None:
+            x = F.silu(_segment_causal_conv(x, self.conv1d, cu_seqlens))
+        else:
+            x = F.silu(self.conv1d(x)[..., :length])  # padded on both sides: the first `length` outputs are causal
 
         dt, B, C = self.x_proj(x.transpose(1, 2)).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
         delta = torch.matmul(self.dt_proj.weight, dt.transpose(1, 2))  # (batch, d_inner, length); bias in the scan
@@ -157,7 +186,7 @@ class Mamba(nn.Module):
         A = -torch.exp(self.A_log.to(scan_dtype))
         y = selective_scan(x, delta, A, B.transpose(1, 2), C.transpose(1, 2), self.D.to(scan_dtype), z=z,
                            delta_bias=self.dt_proj.bias.to(scan_dtype), delta_softplus=True,
-                           return_last_state=ssm_state is not None)
+                           return_last_state=ssm_state is not None, cu_seqlens=cu_seqlens)
         if ssm_state is not None:
             y, last_state = y
             ssm_state.copy_(last_state)
