@@ -88,15 +88,21 @@ def test_forward_and_gradients_match_reference(config, length):
     out = block(hidden)
     expected = reference_of(block, hidden)
     assert out.shape == hidden.shape
-    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)
+    assert_matches_with_gradients(block, hidden, out, expected)
 
+
+def assert_matches_with_gradients(block, hidden, out, expected, float32_tol=None):
+    """out as expected, and the gradients of a weighted sum of each in the input and every
+    parameter; float32_tol: the tolerances of float32 parameters' gradients, if not float64's."""
+    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)
     weights = torch.randn_like(out)
     leaves = [hidden, *block.parameters()]
     names = ["input", *(name for name, _ in block.named_parameters())]
     grads = torch.autograd.grad((out * weights).sum(), leaves)
     expected_grads = torch.autograd.grad((expected * weights).sum(), leaves)
     for name, got, want in zip(names, grads, expected_grads):
-        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10, msg=lambda m: f"d{name}: {m}")
+        tol = float32_tol if float32_tol and want.dtype == torch.float32 else dict(rtol=1e-9, atol=1e-10)
+        torch.testing.assert_close(got, want, **tol, msg=lambda m: f"d{name}: {m}")
 
 
 # mamba_ssm's Mamba state_dict, key -> shape, for a few constructor arguments (from
@@ -254,17 +260,9 @@ def test_packed_segments_run_as_alone(config):
     hidden = torch.randn(2, cu[-1], block.d_model, dtype=torch.float64, requires_grad=True)
     out = block(hidden, cu_seqlens=torch.tensor(cu))
     expected = torch.cat([reference_of(block, hidden[:, a:b]) for a, b in zip(cu[:-1], cu[1:]) if b > a], dim=1)
-    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)
-    weights = torch.randn_like(out)
-    leaves = [hidden, *block.parameters()]
-    names = ["input", *(name for name, _ in block.named_parameters())]
-    grads = torch.autograd.grad((out * weights).sum(), leaves)
-    expected_grads = torch.autograd.grad((expected * weights).sum(), leaves)
-    for name, got, want in zip(names, grads, expected_grads):
-        # A_log and D are float32 parameters (as mamba_ssm keeps them): the reference's gradient is
-        # a float32 sum of one rounded term a segment.
-        tol = dict(rtol=1e-9, atol=1e-10) if want.dtype == torch.float64 else dict(rtol=1e-5, atol=1e-7)
-        torch.testing.assert_close(got, want, **tol, msg=lambda m: f"d{name}: {m}")
+    # A_log and D are float32 parameters (as mamba_ssm keeps them): the reference's gradient there
+    # is a float32 sum of one rounded term a segment.
+    assert_matches_with_gradients(block, hidden, out, expected, float32_tol=dict(rtol=1e-5, atol=1e-7))
     assert not torch.allclose(block(hidden), out)  # without cu_seqlens the segments would mix
 
 
