@@ -118,6 +118,9 @@ def test_host_bench_times_every_call(tmp_path):
     for case in bench_host.SHAPES:
         for pass_ in ("forward", "forward (grad)", "forward+backward"):
             assert (case, pass_, "linrec.linrec") in keys and (case, pass_, bench_host.REFERENCE) in keys
+    for case in bench_host.SELECTIVE:
+        for pass_ in ("forward", "forward (grad)", "forward+backward"):
+            assert (case, pass_, "linrec.selective_scan") in keys
     assert len(check_floors.check_host(data)) == len(bench_host.SHAPES)
 
 

@@ -28,9 +28,10 @@ def _nan_outputs(monkeypatch):
                         lambda shape, dtype, device: torch.full(shape, math.nan, dtype=dtype, device=device))
 
 
-def reference(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse):
+def reference(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse, cuts=None):
     """y, the last state and the states entering steps 0, 128, ... in scan order: a float64 loop
-    over the steps, differentiable by autograd (initial_state is a tensor, zeros for none)."""
+    over the steps, differentiable by autograd (initial_state is a tensor, zeros for none). cuts:
+    positions where the decay is 0 (packed sequences: a segment begins there in scan order)."""
     batch, dim, L = u.shape
     N = A.shape[1]
     dt = delta + (delta_bias[:, None] if delta_bias is not None else 0.0)
@@ -47,7 +48,8 @@ def reference(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus
     for t in range(L):
         l = L - 1 - t if reverse else t
         entering.append(state)
-        state = torch.exp(dt[:, :, l, None] * A) * state + (dt[:, :, l] * u[:, :, l])[..., None] * B_steps[..., l]
+        decay = torch.zeros_like(A) if cuts is not None and l in cuts else torch.exp(dt[:, :, l, None] * A)
+        state = decay * state + (dt[:, :, l] * u[:, :, l])[..., None] * B_steps[..., l]
         ys[l] = (C_steps[..., l] * state).sum(-1)
     y = torch.stack(ys, -1) if L else torch.zeros_like(u)
     if D is not None:
@@ -77,6 +79,7 @@ class Case:
     initial_state: bool = True
     d_last_state: bool = True
     views: bool = False     # u, delta, z, d_y, B, C as non-contiguous views
+    cuts: tuple = ()        # packed sequences: the positions where the decay is 0 (no initial state)
 
 
 def make_inputs(case: Case):
@@ -118,12 +121,16 @@ def check(case: Case, checkpoints_from_reference: bool = False):
     acc = torch.float64 if case.dtype == torch.float64 else torch.float32
     tol = TOL[case.dtype]
 
-    y, last_state, checkpoints = selective.selective_scan_fwd(*args, case.softplus, int(case.reverse))
+    cuts = None
+    if case.cuts:
+        cuts = torch.zeros(L, dtype=torch.bool, device=DEVICE)
+        cuts[list(case.cuts)] = True
+    y, last_state, checkpoints = selective.selective_scan_fwd(*args, case.softplus, int(case.reverse), cuts)
 
     leaves = [t.detach().double().requires_grad_() if t is not None else None for t in args]
     if leaves[8] is None:  # the gradient of the state entering the scan is returned all the same
         leaves[8] = torch.zeros(batch, dim, N, dtype=torch.float64, device=DEVICE, requires_grad=True)
-    y_ref, last_ref, checkpoints_ref = reference(*leaves, case.softplus, case.reverse)
+    y_ref, last_ref, checkpoints_ref = reference(*leaves, case.softplus, case.reverse, set(case.cuts) or None)
 
     assert y.shape == (batch, dim, L) and y.dtype == case.dtype and y.is_contiguous()
     assert last_state.shape == (batch, dim, N) and last_state.dtype == acc
@@ -134,7 +141,8 @@ def check(case: Case, checkpoints_from_reference: bool = False):
 
     if checkpoints_from_reference:  # the checkpoint contract: a backward works from any forward's
         checkpoints = checkpoints_ref.detach().to(acc)
-    grads = selective.selective_scan_bwd(d_y, d_last_state, *args, checkpoints, case.softplus, int(case.reverse))
+    grads = selective.selective_scan_bwd(d_y, d_last_state, *args, checkpoints, case.softplus, int(case.reverse),
+                                         cuts)
 
     outputs, d_outputs = [y_ref], [d_y.double()]
     if d_last_state is not None:
@@ -170,6 +178,10 @@ CASES = {
     "L0": Case(length=0, B=1, C="channel"),
     "float32": Case(dtype=torch.float32, reverse=True, B="channel"),
     "bfloat16": Case(dim=4, dtype=torch.bfloat16, reverse=True, B=2, bc_float32=True, C=1),
+    # Cuts at the first step, next to each other, at chunk edges and across the checkpoint.
+    "L150-cuts": Case(dim=4, length=150, B=2, C="channel", initial_state=False, cuts=(0, 1, 2, 15, 16, 127, 128, 140)),
+    "L150-cuts-reverse": Case(dim=4, length=150, reverse=True, B=1, C=2, initial_state=False,
+                              cuts=(0, 3, 16, 128, 149)),
 }
 
 
@@ -188,27 +200,6 @@ def test_gpu_tile_shapes(monkeypatch):
     monkeypatch.setattr(selective, "SMALL_TILES", False)
     assert selective._tile_config(4, 4)[:2] == (4, 128)
     check(Case(batch=1, dim=4, states=3, length=130, reverse=True, B=1, C=1))
-
-
-@pytest.mark.parametrize("reverse", [False, True])
-def test_cuts_match_the_cpu_kernel(reverse):
-    """Packed sequences (cuts): forward and backward as the CPU kernel's (checked there against a loop
-    over each segment, tests/test_selective_scan.py), with cuts at the first step, next to each
-    other, across chunk edges and the 128-step checkpoint."""
-    case = Case(batch=2, dim=4, states=3, length=150, reverse=reverse, B=2, C="channel", initial_state=False)
-    args, d_y, d_last_state = make_inputs(case)
-    cuts = torch.zeros(case.length, dtype=torch.bool, device=DEVICE)
-    cuts[[0, 1, 2, 15, 16, 127, 128, 140]] = True
-    cpu = [t.cpu() if t is not None else None for t in args]
-    out = selective.selective_scan_fwd(*args, case.softplus, int(reverse), cuts)
-    want = torch.ops.linrec.selective_scan_fwd(*cpu, case.softplus, int(reverse), 0, 0, cuts.cpu())
-    for name, got, ref in zip(("y", "last_state", "checkpoints"), out, want):
-        assert rel_error(got.cpu(), ref) < 1e-10, name
-    grads = selective.selective_scan_bwd(d_y, d_last_state, *args, out[2], case.softplus, int(reverse), cuts)
-    want = torch.ops.linrec.selective_scan_bwd(d_y.cpu(), d_last_state.cpu(), *cpu, want[2], case.softplus,
-                                               int(reverse), 0, 0, cuts.cpu())
-    for name, got, ref in zip(GRAD_NAMES, grads, want):
-        assert got.shape == ref.shape and (ref.numel() == 0 or rel_error(got.cpu(), ref) < 1e-10), name
 
 
 COMPILE_FOR_SM90 = """

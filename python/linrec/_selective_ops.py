@@ -162,8 +162,9 @@ triton_fwd_op.register_autograd(lambda ctx, *g: _backward(triton_bwd_op, ctx, *g
 class SelectiveScanFunction(torch.autograd.Function):
     """The compiled ops' autograd as one autograd.Function, for linrec.selective_scan's calls:
     the registration above wraps the op in torch.library's own autograd function, which cost
-    every call host time (2-core CPU, (1, 4, 8) float32, N = 2: a forward with grad 82 -> 25 µs,
-    forward and backward 207 -> 115; docs/design/0024-host-time-against-native-chains.md). The
+    every call host time (python -m linrec.bench --host, 2-core CPU, (1, 4, 8) float32, N = 2: a
+    forward with grad 87-92 -> 30-31 µs, forward and backward 224-356 -> 137-171;
+    docs/design/0024-host-time-against-native-chains.md). The
     op's arguments after the tensors come as one tuple, `config`. The one-method form (context
     in forward) is the cheap one; torch.func transforms need the other
     (SelectiveScanTransformable)."""

@@ -13,6 +13,8 @@ same autograd shape, on the host clock:
                          the floor's reference, fwd+bwd on CPU tensors <= 1.2x its time
   torch.mul              one elementwise op (the forward: torch.add)
 
+and linrec.selective_scan at a tiny Mamba layer's shape, alone (the same three passes).
+
 Each figure is the median of `reps` samples of `inner` calls, in µs a call, with Python's
 garbage collector off while a sample runs (as timeit does). The implementations take turns
 sample by sample, so that a drift of the machine reaches all of them alike. CUDA tensors (where
@@ -33,6 +35,8 @@ import torch
 import linrec
 
 SHAPES = {"4 x 16": (4, 16), "64 x 256": (64, 256)}
+# The selective scan of a tiny Mamba layer: (batch, channels, length, states), with D and z.
+SELECTIVE = {"selective (1, 4, 8), N=2": (1, 4, 8, 2)}
 FLOOR = 1.2  # fwd+bwd on CPU tensors, as a ratio to torch.cumsum(x * c)'s time
 REFERENCE = "torch.cumsum(x * c)"
 INNER = 20  # calls a sample
@@ -54,6 +58,27 @@ def _calls(x, c, dy):
     return {"forward": forward,
             "forward (grad)": {name: (lambda s=s: s(x, c)) for name, s in scans.items()},
             "forward+backward": {name: both(s) for name, s in scans.items()}}
+
+
+def _selective_calls(shape, device, gen):
+    """{pass: {"linrec.selective_scan": function}} for a selective scan of `shape`, as _calls."""
+    batch, channels, length, states = shape
+
+    def rand(*size):
+        return torch.randn(size, generator=gen).to(device)
+
+    tensors = (rand(batch, channels, length), rand(batch, channels, length), -rand(channels, states).abs(),
+               rand(batch, states, length), rand(batch, states, length), rand(channels), rand(batch, channels, length))
+    tensors = tuple(t.requires_grad_() for t in tensors)
+    plain = tuple(t.detach() for t in tensors)
+    dy = torch.randn((batch, channels, length), generator=gen).to(device)
+
+    def scan(ts):
+        return linrec.selective_scan(*ts[:5], D=ts[5], z=ts[6], delta_softplus=True)
+
+    name = "linrec.selective_scan"
+    return {"forward": {name: lambda: scan(plain)}, "forward (grad)": {name: lambda: scan(tensors)},
+            "forward+backward": {name: lambda: torch.autograd.grad(scan(tensors), tensors, dy)}}
 
 
 def _sample_us(fn, inner, sync) -> float:
@@ -97,6 +122,10 @@ def run(reps: int = 200, inner: int = INNER, devices=None) -> list[dict]:
             for pass_, fns in _calls(x, c, dy).items():
                 for impl, us in time_interleaved(fns, reps, inner, sync).items():
                     rows.append(dict(device=device, case=case, dtype="float32", pass_=pass_, impl=impl, us=us))
+        for case, shape in SELECTIVE.items():
+            for pass_, fns in _selective_calls(shape, device, torch.Generator().manual_seed(0)).items():
+                for impl, us in time_interleaved(fns, reps, inner, sync).items():
+                    rows.append(dict(device=device, case=case, dtype="float32", pass_=pass_, impl=impl, us=us))
     return rows
 
 
@@ -104,10 +133,13 @@ def print_table(rows: list[dict]) -> None:
     by_key = {(r["device"], r["case"], r["pass_"], r["impl"]): r["us"] for r in rows}
     print(f"host time of one eager call, µs (median), float32; last column: linrec.linrec / {REFERENCE}")
     print(f"{'device':<6} {'shape':<9} {'pass':<17} {'linrec':>8} {'cumsum(x*c)':>12} {'add / mul':>10} {'ratio':>6}")
-    for device, case, pass_ in dict.fromkeys((r["device"], r["case"], r["pass_"]) for r in rows):
+    for device, case, pass_ in dict.fromkeys((r["device"], r["case"], r["pass_"]) for r in rows if r["case"] in SHAPES):
         ours, ref = by_key[(device, case, pass_, "linrec.linrec")], by_key[(device, case, pass_, REFERENCE)]
         simple = by_key.get((device, case, pass_, "torch.add"), by_key.get((device, case, pass_, "torch.mul")))
         print(f"{device:<6} {case:<9} {pass_:<17} {ours:8.1f} {ref:12.1f} {simple:10.1f} {ours / ref:6.2f}")
+    for r in rows:
+        if r["case"] in SELECTIVE:
+            print(f"{r['device']:<6} {r['case']:<25} {r['pass_']:<17} {r['impl']} {r['us']:8.1f}")
 
 
 def cpu_name() -> str:
