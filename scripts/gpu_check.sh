@@ -30,7 +30,9 @@
 #     selective-configs  python -m tools selective-configs (each compiled selective-scan config's time)
 #     selective-ncu  Nsight Compute sections of the first selective_scan_fwd and _bwd kernels at
 #                $NCU_SHAPE (default 8 3072 16 2048, bf16) and config $NCU_CONFIG (default 8 4)
-# Env: LINREC_WHEEL (install this wheel with --no-deps instead of building), BEFORE_WHEEL, BEFORE_ARGS, MAMBA_SDIST,
+# Env: LINREC_WHEEL (install this wheel with --no-deps instead of building), LINREC_TREE_PYTHON=1 (then
+#      copy the tree's python/linrec over the installed package: a wheel built before a change to
+#      Python files alone, whose compiled module is unchanged), BEFORE_WHEEL, BEFORE_ARGS, MAMBA_SDIST,
 #      TORCH_CUDA_ARCH_LIST (default 9.0 when building), TESTS, TEST_FILES, PYTEST_ARGS, BENCH_ARGS,
 #      TUNE_ARGS, SWEEP_ARGS, SELECTIVE_ARGS, WEAK_ARGS, TEST_TIMEOUT (seconds, default 900).
 set -uo pipefail
@@ -50,6 +52,11 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 start=$(date +%s)
 if [ -n "${LINREC_WHEEL:-}" ]; then
   python3 -m pip install --no-deps --force-reinstall "$LINREC_WHEEL" > "$out/install.log" 2>&1 || { tail -50 "$out/install.log"; exit 1; }
+  if [ "${LINREC_TREE_PYTHON:-0}" = 1 ]; then
+    site=$(cd /tmp && python3 -c "import linrec, os; print(os.path.dirname(linrec.__file__))")
+    (cd python/linrec && find . -name '*.py' -exec cp --parents {} "$site" \;)
+    echo "Python files from the tree: $(cd python/linrec && find . -name '*.py' | wc -l)"
+  fi
 else
   python3 -m pip install --no-build-isolation --no-deps -v . > "$out/install.log" 2>&1 || { tail -50 "$out/install.log"; exit 1; }
 fi

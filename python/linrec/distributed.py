@@ -13,9 +13,11 @@ the other way: the gradient entering a shard from its end is folded from the lat
 (conj(A), B') pairs, where B' is the shard's outgoing gradient with none entering, and a
 second local pass scans from it.
 
-Cost a call, each rank: forward two local scans and a product over the coefficients, backward
-two local backward scans; the exchanges move O(world * state) elements. A fused pass that
-gives (A, B) without writing the first scan would save a third of that.
+Cost a call, each rank, in tensor passes (a local scan forward is 3, its fused backward 5):
+forward the map (A, B) in one read of inputs and coeffs (2; impl/triton_shard_map.py on CUDA)
+and the scan from the entering state (3); backward the map of the gradient (2: it reads
+d_outputs and coeffs), the incoming gradient added at the shard's end (a copy of d_outputs, 2)
+and the fused backward (5). The exchanges move O(world * state) elements.
 
 selective_scan is the same for Mamba's scan, whose state is (batch, dim, N): a shard's map
 has A = exp(A_d,n * sum of its dt) and B = its last state from zero. The exchange is an
@@ -29,7 +31,7 @@ import torch
 import torch.distributed as dist
 
 from ._args import normalize
-from ._autograd import backward_by_scans, exp_of_log
+from ._autograd import exp_of_log
 from ._dispatch import scan_normalized
 
 _DTYPE_CODES = {dtype: code for code, dtype in enumerate(
@@ -114,6 +116,32 @@ def _check_meta(meta: list[int], like: torch.Tensor, group, fields: str) -> None
         raise ValueError(f"linrec.distributed: the ranks' arguments differ in {fields} {rows}")
 
 
+def _shard_map(inputs, coeffs, dim, reverse, of_gradient=False):
+    """(A, B) of this shard, in the exchange's dtype (float32 for 16-bit storage): A the product of
+    the coefficients, B the last state of the scan from zero. of_gradient: the map of the backward
+    scan run the other way over the gradient `inputs`, B = sum of inputs[l] * conj(c[first..l]),
+    the gradient leaving the shard at its start."""
+    exchange = torch.promote_types(coeffs.dtype, torch.float32)
+    if inputs.is_cuda and not inputs.is_complex() and inputs.numel() and _has_triton():
+        from .impl.triton_shard_map import triton_shard_map
+
+        return triton_shard_map(inputs, coeffs, dim, reverse, scale_by_c=of_gradient)
+    if of_gradient:
+        coeffs = coeffs.conj()
+        inputs = coeffs * inputs
+    last = 0 if reverse else inputs.shape[dim] - 1
+    leaving = scan_normalized(inputs, coeffs, None, dim, reverse).select(dim, last).to(exchange)
+    return coeffs.to(exchange).prod(dim), leaving
+
+
+def _has_triton() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _fold(pairs, start):
     """start through the affine maps state -> a * state + b of `pairs`, in order."""
     state = start
@@ -134,9 +162,7 @@ class _ShardedScan(torch.autograd.Function):
         exchange = torch.promote_types(coeffs.dtype, torch.float32)  # 16-bit states travel in float32
         length = inputs.shape[dim]
         if length:
-            last = 0 if reverse else length - 1
-            leaving = scan_normalized(inputs, coeffs, None, dim, reverse).select(dim, last).to(exchange)
-            product = coeffs.to(exchange).prod(dim)
+            product, leaving = _shard_map(inputs, coeffs, dim, reverse)
         else:
             leaving = torch.zeros(state_shape, dtype=exchange, device=inputs.device)
             product = torch.ones(state_shape, dtype=exchange, device=inputs.device)
@@ -145,42 +171,39 @@ class _ShardedScan(torch.autograd.Function):
         me = order.index(dist.get_rank(group))
         start = initial.to(exchange) if initial is not None else torch.zeros_like(leaving)
         entering = _fold([(p[0], p[1]) for p in (pairs[r] for r in order[:me])], start)
-        entering = entering.to(inputs.dtype)
-        outputs = scan_normalized(inputs, coeffs, entering, dim, reverse)
-        ctx.save_for_backward(coeffs, outputs, entering)
+        # The local scan keeps its own graph: its backward is linrec's fused one, on any backend.
+        with torch.enable_grad():
+            local_inputs, local_coeffs, local_entering = (
+                t.detach().requires_grad_() for t in (inputs, coeffs, entering.to(inputs.dtype)))
+            outputs = scan_normalized(local_inputs, local_coeffs, local_entering, dim, reverse)
+        ctx.local = (local_inputs, local_coeffs, outputs)
         ctx.products = [pairs[r][0] for r in order]  # in scan order
         ctx.order, ctx.me, ctx.dim, ctx.reverse, ctx.group = order, me, dim, reverse, group
-        ctx.has_initial, ctx.exchange = initial is not None, exchange
-        return outputs
+        ctx.has_initial, ctx.exchange, ctx.state = initial is not None, exchange, (state_shape, inputs.dtype)
+        return outputs.detach()
 
     @staticmethod
     def backward(ctx, d_outputs):
-        coeffs, outputs, entering = ctx.saved_tensors
+        local_inputs, local_coeffs, outputs = ctx.local
         dim, reverse, group, me = ctx.dim, ctx.reverse, ctx.group, ctx.me
         length = outputs.shape[dim]
-
-        def local(grad):
-            """(d_inputs, d_coeffs, outgoing gradient) of this shard for incoming `grad`."""
-            return backward_by_scans(lambda x, c, d, r: scan_normalized(x, c, None, d, r), grad, coeffs, outputs,
-                                     entering, dim, reverse)
-
+        state_shape, initial_dtype = ctx.state
         if length:
-            _, _, outgoing = local(d_outputs)
-            outgoing = outgoing.to(ctx.exchange)
+            _, outgoing = _shard_map(d_outputs, local_coeffs.detach(), dim, not reverse, of_gradient=True)
         else:
-            outgoing = torch.zeros(entering.shape, dtype=ctx.exchange, device=entering.device)
+            outgoing = torch.zeros(state_shape, dtype=ctx.exchange, device=outputs.device)
         gathered = _gather(outgoing, group)
         later = [(a.conj(), gathered[r]) for a, r in zip(ctx.products, ctx.order)]  # in scan order
         # The gradient entering this shard from its end: the later ranks' maps, from the sequence's end.
         incoming = _fold(reversed(later[me + 1:]), torch.zeros_like(outgoing))
-        d_initial = _fold(reversed(later), torch.zeros_like(outgoing)).to(entering.dtype) if ctx.has_initial else None
+        d_initial = _fold(reversed(later), torch.zeros_like(outgoing)).to(initial_dtype) if ctx.has_initial else None
         if not length:
-            return torch.zeros_like(outputs), torch.zeros_like(coeffs), d_initial, None, None, None
+            return torch.zeros_like(local_inputs), torch.zeros_like(local_coeffs), d_initial, None, None, None
         # The incoming gradient adds to the last step's (in scan order): the recurrence is linear in it.
         last = 0 if reverse else length - 1
         grad = d_outputs.clone()
         grad.select(dim, last).add_(incoming.to(grad.dtype))
-        d_inputs, d_coeffs, _ = local(grad)
+        d_inputs, d_coeffs = torch.autograd.grad(outputs, (local_inputs, local_coeffs), grad)
         return d_inputs, d_coeffs, d_initial, None, None, None
 
 
