@@ -111,7 +111,7 @@ def _check_meta(meta: list[int], like: torch.Tensor, group, fields: str) -> None
     """Raises the same ValueError on every rank where any rank's `meta` differs from this one's."""
     mine = torch.tensor(meta, dtype=torch.int64, device=_comm_device(like, group))
     everyone = _gather(mine, group)
-    if any(not torch.equal(mine, other) for other in everyone):
+    if not bool(torch.stack(everyone).eq(mine).all()):  # one wait on the device, not one a rank
         rows = "; ".join(f"rank {rank}: {other.tolist()}" for rank, other in enumerate(everyone))
         raise ValueError(f"linrec.distributed: the ranks' arguments differ in {fields} {rows}")
 
