@@ -21,6 +21,7 @@ COMMANDS = {
     "profile-case": "tools.profile_case",
     "readme-tables": "tools.readme_tables",
     "sanitize-cases": "tools.sanitize_cases",
+    "step-profile": "tools.step_profile",
     "selective-configs": "tools.selective_configs",
     "shape-sweep": "tools.shape_sweep",
     "throughput-grid": "tools.throughput_grid",
