@@ -78,8 +78,9 @@ for step in $steps; do
   case $step in
     tests)
       paths=(); for f in ${TEST_FILES:-tests}; do paths+=("$repo/$f"); done
-      # A time limit, so that a hung kernel leaves the later steps their time.
-      timeout "${TEST_TIMEOUT:-900}" python3 -m pytest -q -rfE -p no:cacheprovider "${paths[@]}" ${TESTS:+-k "$TESTS"} ${PYTEST_ARGS:-} \
+      # A time limit, so that a hung kernel leaves the later steps their time; as an interrupt,
+      # so that pytest still reports the failures so far and writes its XML.
+      timeout -s INT -k 60 "${TEST_TIMEOUT:-900}" python3 -m pytest -q -rfE -p no:cacheprovider "${paths[@]}" ${TESTS:+-k "$TESTS"} ${PYTEST_ARGS:-} \
         --junitxml="$out/junit.xml" > "$out/tests.txt" 2>&1
       tail -15 "$out/tests.txt" ;;
     attrs) python3 -m linrec.func_attrs --json "$out/func_attrs.json" | tail -1 ;;

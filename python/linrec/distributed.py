@@ -14,10 +14,12 @@ the other way: the gradient entering a shard from its end is folded from the lat
 second local pass scans from it.
 
 Cost a call, each rank, in tensor passes (a local scan forward is 3, its fused backward 5):
-forward the map (A, B) in one read of inputs and coeffs (2; impl/triton_shard_map.py on CUDA)
-and the scan from the entering state (3); backward the map of the gradient (2: it reads
-d_outputs and coeffs), the incoming gradient added at the shard's end (a copy of d_outputs, 2)
-and the fused backward (5). The exchanges move O(world * state) elements.
+forward a scan from zero for B and the product for A (4), then the scan from the entering
+state (3); backward the gradient leaving the shard (a product and a scan, 6), the incoming gradient added
+at the shard's end (a copy of d_outputs, 2) and the fused backward (5). The exchanges move
+O(world * state) elements. A pass that gives (A, B) in one read of inputs and coeffs would
+move 2 instead of 4; in Triton it measured slower than the scan it replaces
+(docs/design/0022-sequence-parallel-scan.md).
 
 selective_scan is the same for Mamba's scan, whose state is (batch, dim, N): a shard's map
 has A = exp(A_d,n * sum of its dt) and B = its last state from zero. The exchange is an
@@ -116,30 +118,10 @@ def _check_meta(meta: list[int], like: torch.Tensor, group, fields: str) -> None
         raise ValueError(f"linrec.distributed: the ranks' arguments differ in {fields} {rows}")
 
 
-def _shard_map(inputs, coeffs, dim, reverse, of_gradient=False):
-    """(A, B) of this shard, in the exchange's dtype (float32 for 16-bit storage): A the product of
-    the coefficients, B the last state of the scan from zero. of_gradient: the map of the backward
-    scan run the other way over the gradient `inputs`, B = sum of inputs[l] * conj(c[first..l]),
-    the gradient leaving the shard at its start."""
-    exchange = torch.promote_types(coeffs.dtype, torch.float32)
-    if inputs.is_cuda and not inputs.is_complex() and inputs.numel() and _has_triton():
-        from .impl.triton_shard_map import triton_shard_map
-
-        return triton_shard_map(inputs, coeffs, dim, reverse, scale_by_c=of_gradient)
-    if of_gradient:
-        coeffs = coeffs.conj()
-        inputs = coeffs * inputs
+def _leaving(inputs, coeffs, dim, reverse, exchange):
+    """The state leaving this shard with none entering: its scan from zero at its last step."""
     last = 0 if reverse else inputs.shape[dim] - 1
-    leaving = scan_normalized(inputs, coeffs, None, dim, reverse).select(dim, last).to(exchange)
-    return coeffs.to(exchange).prod(dim), leaving
-
-
-def _has_triton() -> bool:
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return scan_normalized(inputs, coeffs, None, dim, reverse).select(dim, last).to(exchange)
 
 
 def _fold(pairs, start):
@@ -162,7 +144,8 @@ class _ShardedScan(torch.autograd.Function):
         exchange = torch.promote_types(coeffs.dtype, torch.float32)  # 16-bit states travel in float32
         length = inputs.shape[dim]
         if length:
-            product, leaving = _shard_map(inputs, coeffs, dim, reverse)
+            leaving = _leaving(inputs, coeffs, dim, reverse, exchange)
+            product = coeffs.to(exchange).prod(dim)
         else:
             leaving = torch.zeros(state_shape, dtype=exchange, device=inputs.device)
             product = torch.ones(state_shape, dtype=exchange, device=inputs.device)
@@ -189,7 +172,10 @@ class _ShardedScan(torch.autograd.Function):
         length = outputs.shape[dim]
         state_shape, initial_dtype = ctx.state
         if length:
-            _, outgoing = _shard_map(d_outputs, local_coeffs.detach(), dim, not reverse, of_gradient=True)
+            # The backward scan run the other way, over conj(c) * d_outputs: the gradient leaving the
+            # shard at its start, sum of d_outputs[l] * conj(c[first..l]).
+            conj_coeffs = local_coeffs.detach().conj()
+            outgoing = _leaving(conj_coeffs * d_outputs, conj_coeffs, dim, not reverse, ctx.exchange)
         else:
             outgoing = torch.zeros(state_shape, dtype=ctx.exchange, device=outputs.device)
         gathered = _gather(outgoing, group)
