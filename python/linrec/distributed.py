@@ -15,9 +15,9 @@ second local pass scans from it.
 
 Cost a call, each rank, in tensor passes (a local scan forward is 3, its fused backward 5):
 forward a scan from zero for B and the product for A (4), then the scan from the entering
-state (3); backward the gradient leaving the shard (a product and a scan, 6), the incoming gradient added
-at the shard's end (a copy of d_outputs, 2) and the fused backward (5). The exchanges move
-O(world * state) elements. A pass that gives (A, B) in one read of inputs and coeffs would
+state (3); backward the gradient leaving the shard (conj(c) * d_outputs and a scan of it, 6),
+the incoming gradient added at the shard's end (a copy of d_outputs, 2) and the fused
+backward (5). The exchanges move O(world * state) elements. A pass that gives (A, B) in one read of inputs and coeffs would
 move 2 instead of 4; in Triton it measured slower than the scan it replaces
 (docs/design/0022-sequence-parallel-scan.md).
 
