@@ -722,6 +722,17 @@ def test_opcheck_with_cuts():
 
 
 @needs_cuda_kernels
+def test_cu_seqlens_refused_where_cuda_is_forced(monkeypatch):
+    """Packed sequences on CUDA run in Triton: LINREC_BACKEND=cuda, which forbids Triton, gets an
+    error naming cu_seqlens, not a silent Triton call."""
+    args = to_device(make_args(1, 4, 2, 20, "group", "channel", 1, seed=3), "cuda", torch.float32)
+    del args["initial_state"]
+    monkeypatch.setenv("LINREC_BACKEND", "cuda")
+    with pytest.raises(ValueError, match="cu_seqlens.*LINREC_BACKEND=cuda"):
+        scan(**args, cu_seqlens=torch.tensor([0, 7, 20], device="cuda"))
+
+
+@needs_cuda_kernels
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("reverse", [False, True])
 def test_cu_seqlens_on_cuda(dtype, reverse):

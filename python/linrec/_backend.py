@@ -81,6 +81,12 @@ def cuda_backend(device_index: int) -> str:
     return _resolve_backend(device_index)
 
 
+@_assume_constant_result
+def forced_backend() -> str:
+    """LINREC_BACKEND as set ('auto' when it is not): whether the caller forced a backend."""
+    return os.environ.get("LINREC_BACKEND", "auto")
+
+
 @functools.cache
 def _resolve_backend(device_index: int) -> str:
     """'cuda' or 'triton' for this device: LINREC_BACKEND forces one, auto prefers compiled kernels."""

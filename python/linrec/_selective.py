@@ -14,7 +14,7 @@ import numbers
 
 import torch
 
-from ._backend import cuda_backend
+from ._backend import cuda_backend, forced_backend
 from ._segments import check_cu_seqlens, cut_flags
 from ._selective_ops import SelectiveScanFunction, SelectiveScanTransformable, fwd_op_no_autograd, triton_fwd_op
 
@@ -177,6 +177,10 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
     tensors = (u, delta, A, B, C, D, z, delta_bias, initial_state)
     index = u_device.index if u_device.index is not None else (torch.cuda.current_device() if u.is_cuda else 0)
     if u.is_cuda and (cuts is not None or cuda_backend(index) == "triton"):
+        if cuts is not None and forced_backend() == "cuda":
+            raise ValueError("linrec: cu_seqlens on CUDA tensors runs the selective scan in Triton (the compiled CUDA "
+                             "kernels take no packed sequences yet), and LINREC_BACKEND=cuda forbids it; unset "
+                             "LINREC_BACKEND to run it")
         if cuts is not None and importlib.util.find_spec("triton") is None:
             raise ValueError("linrec: selective_scan with cu_seqlens on CUDA tensors runs the Triton implementation "
                              "(the compiled CUDA kernels take no packed sequences yet), and Triton is not installed")
