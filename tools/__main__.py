@@ -21,9 +21,9 @@ COMMANDS = {
     "profile-case": "tools.profile_case",
     "readme-tables": "tools.readme_tables",
     "sanitize-cases": "tools.sanitize_cases",
-    "step-profile": "tools.step_profile",
     "selective-configs": "tools.selective_configs",
     "shape-sweep": "tools.shape_sweep",
+    "step-profile": "tools.step_profile",
     "throughput-grid": "tools.throughput_grid",
 }
 # Shell scripts beside the commands, run as bash tools/NAME.

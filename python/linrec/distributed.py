@@ -17,9 +17,9 @@ Cost a call, each rank, in tensor passes (a local scan forward is 3, its fused b
 forward a scan from zero for B and the product for A (4), then the scan from the entering
 state (3); backward the gradient leaving the shard (conj(c) * d_outputs and a scan of it, 6),
 the incoming gradient added at the shard's end (a copy of d_outputs, 2) and the fused
-backward (5). The exchanges move O(world * state) elements. A pass that gives (A, B) in one read of inputs and coeffs would
-move 2 instead of 4; in Triton it measured slower than the scan it replaces
-(docs/design/0022-sequence-parallel-scan.md).
+backward (5). The exchanges move O(world * state) elements. A pass that gives (A, B) in one
+read of inputs and coeffs would move 2 instead of 4; in Triton it measured slower than the
+scan it replaces (docs/design/0022-sequence-parallel-scan.md).
 
 selective_scan is the same for Mamba's scan, whose state is (batch, dim, N): a shard's map
 has A = exp(A_d,n * sum of its dt) and B = its last state from zero. The exchange is an
