@@ -93,6 +93,8 @@ def main(argv=None) -> None:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--rows", type=int, default=25)
     args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("step-profile: needs a CUDA GPU (the step's host time is measured against its device's)")
     batch, length, width = bench_model.SIZES[args.size]
     scans = {name: scan for name, scan in bench_model.scans().items() if name in args.scans}
     torch.manual_seed(0)
