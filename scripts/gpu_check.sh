@@ -4,7 +4,9 @@
 # Usage: bash scripts/gpu_check.sh [OUTDIR] [STEPS...]   (the device tool passes $OUT)
 #   STEPS (default: tests attrs main sanitizer bench): any of
 #     tests      the pytest suite (GPU tests included), or the files $TEST_FILES (paths from the
-#                repository root), filtered by $TESTS (pytest -k), with $PYTEST_ARGS (e.g. -n 14)
+#                repository root), filtered by $TESTS (pytest -k), with $PYTEST_ARGS (e.g. -n 14);
+#                TEST_SHARD=k/n runs the k-th of n shares of the test files (the whole suite takes
+#                more than one 10-minute call on an H200 with 16 workers: 1/2 and 2/2 in two calls)
 #     attrs      python -m linrec.func_attrs (registers, spills)
 #     main       python -m linrec (the main job)
 #     sanitizer  compute-sanitizer memcheck + racecheck over python -m tools sanitize-cases
@@ -77,11 +79,16 @@ for step in $steps; do
   echo "== $step"
   case $step in
     tests)
-      paths=(); for f in ${TEST_FILES:-tests}; do paths+=("$repo/$f"); done
+      files=${TEST_FILES:-$(cd "$repo" && ls tests/test_*.py)}
+      if [ -n "${TEST_SHARD:-}" ]; then  # every n-th file from the k-th, in name order
+        k=${TEST_SHARD%/*} n=${TEST_SHARD#*/}
+        files=$(printf '%s\n' $files | awk -v k="$k" -v n="$n" '(NR - k) % n == 0')
+      fi
+      paths=(); for f in $files; do paths+=("$repo/$f"); done
       # A time limit, so that a hung kernel leaves the later steps their time; as an interrupt,
       # so that pytest still reports the failures so far and writes its XML.
       timeout -s INT -k 60 "${TEST_TIMEOUT:-900}" python3 -m pytest -q -rfE -p no:cacheprovider "${paths[@]}" ${TESTS:+-k "$TESTS"} ${PYTEST_ARGS:-} \
-        --junitxml="$out/junit.xml" > "$out/tests.txt" 2>&1
+        --durations=15 --junitxml="$out/junit.xml" > "$out/tests.txt" 2>&1
       tail -15 "$out/tests.txt" ;;
     attrs) python3 -m linrec.func_attrs --json "$out/func_attrs.json" | tail -1 ;;
     main) python3 -m linrec ;;
