@@ -145,7 +145,7 @@ class _ShardedScan(torch.autograd.Function):
         length = inputs.shape[dim]
         if length:
             leaving = _leaving(inputs, coeffs, dim, reverse, exchange)
-            product = coeffs.to(exchange).prod(dim)
+            product = coeffs.prod(dim, dtype=exchange)  # accumulated in the exchange dtype, no widened copy
         else:
             leaving = torch.zeros(state_shape, dtype=exchange, device=inputs.device)
             product = torch.ones(state_shape, dtype=exchange, device=inputs.device)
