@@ -34,7 +34,8 @@ def _case(world, rank, layout, dtype, reverse, with_initial, seed, device="cpu")
 
 def _check_rank(world, rank, device):
     for layout in ("rows", "channels"):
-        for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 1e-5), (torch.bfloat16, 3e-2)):
+        # bfloat16 shards measured relative errors up to 4e-3 against the float64 loop on unrounded inputs
+        for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 1e-5), (torch.bfloat16, 1e-2)):
             for reverse in (False, True):
                 for with_initial in (False, True):
                     seed = zlib.crc32(repr((layout, dtype, reverse, with_initial)).encode())  # the same on every rank

@@ -21,7 +21,7 @@ import warnings
 import torch
 
 import linrec
-from linrec import bench_model
+from linrec import bench_host, bench_model
 
 
 def host_ms(step, reps: int) -> float:
@@ -57,33 +57,24 @@ def op_table(step, rows: int) -> str:
     return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
 
 
-def call_host_us(fn, reps: int = 200, inner: int = 20) -> float:
-    """Median host time of one call of fn, the calls issued back to back."""
-    for _ in range(inner):
-        fn()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        times.append((time.perf_counter() - start) / inner * 1e6)
-    torch.cuda.synchronize()
-    return statistics.median(times)
-
-
-def scan_calls(shape) -> None:
-    """Host time of one scan call at the step's shape, against torch.mul, by dtype and layout."""
+def scan_calls(shape, reps: int = 200, inner: int = 20) -> None:
+    """Host time of one scan call at the step's shape, against torch.mul, by dtype and layout
+    (the --host bench's timer: the two take turns sample by sample)."""
     print("host time of one call, µs (median): forward, forward+backward; the step's shape")
     for dtype in (torch.bfloat16, torch.float32):
         for dim, layout in ((1, "dim=1 (batch, time, width)"), (-1, "dim=-1 rows")):
             v = torch.randn(shape, device="cuda", dtype=dtype, requires_grad=True)
             a = torch.rand(shape, device="cuda", dtype=dtype, requires_grad=True)
             grad = torch.ones(shape, device="cuda", dtype=dtype)
-            for name, fn in (("linrec", lambda: linrec.linrec(v, a, dim=dim)), ("mul", lambda: v * a)):
-                with torch.no_grad():
-                    fwd = call_host_us(fn)
-                both = call_host_us(lambda: torch.autograd.grad(fn(), (v, a), grad))
-                print(f"  {str(dtype):<15} {layout:<28} {name:<7} {fwd:7.1f} {both:7.1f}")
+            calls = {"linrec": lambda: linrec.linrec(v, a, dim=dim), "mul": lambda: v * a}
+            with torch.no_grad():
+                fwd = bench_host.time_interleaved(calls, reps, inner)
+            both = bench_host.time_interleaved(
+                {name: (lambda fn=fn: torch.autograd.grad(fn(), (v, a), grad)) for name, fn in calls.items()},
+                reps, inner)
+            torch.cuda.synchronize()
+            for name in calls:
+                print(f"  {str(dtype):<15} {layout:<28} {name:<7} {fwd[name]:7.1f} {both[name]:7.1f}")
 
 
 def main(argv=None) -> None:

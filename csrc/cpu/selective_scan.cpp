@@ -1,5 +1,6 @@
 // The fused selective scan's CPU kernels: each (batch, channel) walks its sequence in scan
-// order, all N states a step (the decay 0 at the cuts of packed sequences). Arithmetic is float64 for float64 storage, float32 otherwise.
+// order, all N states a step (the decay 0 at the cuts of packed sequences). Arithmetic is
+// float64 for float64 storage, float32 otherwise.
 // The math is selective_params.h's; the forward saves the state entering steps 0, 128, ...
 // (the checkpoints), from which the backward rebuilds a span's states, last span first, and
 // walks it back with the state gradient.

@@ -164,10 +164,9 @@ class SelectiveScanFunction(torch.autograd.Function):
     the registration above wraps the op in torch.library's own autograd function, which cost
     every call host time (python -m linrec.bench --host, 2-core CPU, (1, 4, 8) float32, N = 2: a
     forward with grad 87-92 -> 30-31 µs, forward and backward 224-356 -> 137-171;
-    docs/design/0024-host-time-against-native-chains.md). The
-    op's arguments after the tensors come as one tuple, `config`. The one-method form (context
-    in forward) is the cheap one; torch.func transforms need the other
-    (SelectiveScanTransformable)."""
+    docs/design/0024-host-time-against-native-chains.md). The op's arguments after the tensors
+    come as one tuple, `config`. The one-method form (context in forward) is the cheap one;
+    torch.func transforms need the other (SelectiveScanTransformable)."""
 
     @staticmethod
     def forward(ctx, u, delta, A, B, C, D, z, delta_bias, initial_state, config):
