@@ -11,6 +11,7 @@
 #     main       python -m linrec (the main job)
 #     sanitizer  compute-sanitizer memcheck + racecheck over python -m tools sanitize-cases
 #     tune       python -m linrec.tune
+#     table      python -m linrec.tune --table: a tuning table measured on this device (table.json)
 #     sweep      python -m tools config-sweep $SWEEP_ARGS (kernel times of every compiled config;
 #                several runs: SWEEP_ARGS="tile --lengths 10; pipe --lengths 11")
 #     shapes     python -m tools shape-sweep $SHAPE_ARGS (the rule against torch.add between the
@@ -34,7 +35,8 @@
 #                $NCU_SHAPE (default 8 3072 16 2048, bf16) and config $NCU_CONFIG (default 8 4)
 # Env: LINREC_WHEEL (install this wheel with --no-deps instead of building), LINREC_TREE_PYTHON=1 (then
 #      copy the tree's python/linrec over the installed package: a wheel built before a change to
-#      Python files alone, whose compiled module is unchanged), BEFORE_WHEEL, BEFORE_ARGS, MAMBA_SDIST,
+#      Python files and tuning tables alone, whose compiled module is unchanged), PEER_WHEELS (wheels
+#      of the bench's peers, installed with --no-deps: accelerated-scan, fla-core, ninja), BEFORE_WHEEL, BEFORE_ARGS, MAMBA_SDIST,
 #      TORCH_CUDA_ARCH_LIST (default 9.0 when building), TESTS, TEST_FILES, PYTEST_ARGS, BENCH_ARGS,
 #      TUNE_ARGS, SWEEP_ARGS, SELECTIVE_ARGS, WEAK_ARGS, TEST_TIMEOUT (seconds, default 900).
 set -uo pipefail
@@ -49,18 +51,25 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)  # the steps run from /tmp or the repository root
 export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} MAX_JOBS=${MAX_JOBS:-16}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$out/gpu.txt"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)
+p = torch.cuda.get_device_properties(0) if torch.cuda.is_available() else None
+if p: print('SMs', p.multi_processor_count, 'L2', p.L2_cache_size, 'capability', p.major, p.minor,
+            'memory clock kHz', getattr(p, 'memory_clock_rate', None), 'bus bits', getattr(p, 'memory_bus_width', None))" |
+  tee -a "$out/gpu.txt"
 
 start=$(date +%s)
 if [ -n "${LINREC_WHEEL:-}" ]; then
   python3 -m pip install --no-deps --force-reinstall "$LINREC_WHEEL" > "$out/install.log" 2>&1 || { tail -50 "$out/install.log"; exit 1; }
   if [ "${LINREC_TREE_PYTHON:-0}" = 1 ]; then
     site=$(cd /tmp && python3 -c "import linrec, os; print(os.path.dirname(linrec.__file__))")
-    (cd python/linrec && find . -name '*.py' -exec cp --parents {} "$site" \;)
-    echo "Python files from the tree: $(cd python/linrec && find . -name '*.py' | wc -l)"
+    (cd python/linrec && find . \( -name '*.py' -o -name '*.json' \) -exec cp --parents {} "$site" \;)
+    echo "Python files and tables from the tree: $(cd python/linrec && find . \( -name '*.py' -o -name '*.json' \) | wc -l)"
   fi
 else
   python3 -m pip install --no-build-isolation --no-deps -v . > "$out/install.log" 2>&1 || { tail -50 "$out/install.log"; exit 1; }
+fi
+if [ -n "${PEER_WHEELS:-}" ]; then
+  python3 -m pip install --no-deps $PEER_WHEELS >> "$out/install.log" 2>&1 || echo "peer wheels: install failed"
 fi
 echo "install: $(( $(date +%s) - start )) s"
 cd /tmp  # import the installed package, not the source tree
@@ -99,6 +108,7 @@ for step in $steps; do
         echo "compute-sanitizer $tool: exit $?"; tail -1 "$out/sanitizer_$tool.txt"
       done ;;
     tune) python3 -m linrec.tune --json "$out/tune.json" --reps 10 ${TUNE_ARGS:-} 2>&1 | tail -40 ;;
+    table) python3 -m linrec.tune --table "$out/table.json" --reps 10 ${TABLE_ARGS:-} 2>&1 | tee "$out/table.txt" ;;
     sweep)
       IFS=';' read -ra sweeps <<< "${SWEEP_ARGS:-tile}"
       for args in "${sweeps[@]}"; do

@@ -75,6 +75,31 @@ def test_check_floors_verdicts():
     }
 
 
+def test_check_floors_peer_and_eager_verdicts():
+    """The same-run peer floor (linrec's GB/s at least the best peer's) and, at 2^23 elements and
+    more, the eager floors (forward 1.1x torch.add's eager time, fwd+bwd 1.15x the elementwise one's)."""
+    def row(impl, backward, gbs, eager, elems=2**24):
+        return dict(bench_row("1 x 2^24", backward, impl, gbs, 1.0), eager_ms=eager, elems=elems)
+
+    rows = [row("torch.add", False, 2900, 1.0), row("linrec", False, 2600, 1.05),
+            row("accelerated_scan.triton", False, 2700, 2.0), row("fla.chunk_hgrn", False, 500, 9.0),
+            row("linrec_hop", False, 2800, 1.0),  # linrec's own: not a peer
+            row("torch.mul fwd+bwd", True, 2700, 1.0), row("linrec", True, 2500, 1.2),
+            row("triton.pipe", True, 2400, 1.0)]
+    verdicts = check_floors.check({"copy_gbs": 3000.0, "rows": rows})
+    got = {(v["backward"], v["what"]): (round(v["figure"], 3), v["ok"]) for v in verdicts}
+    assert got == {
+        (False, "of copy"): (0.867, True),
+        (False, "x accelerated_scan.triton's GB/s"): (0.963, False),
+        (False, "x baseline eager time"): (1.05, True),
+        (True, "of copy"): (0.833, True),
+        (True, "x triton.pipe's GB/s"): (1.042, True),
+        (True, "x baseline eager time"): (1.2, False),
+    }
+    small = [dict(r, elems=2**22) for r in rows]  # below 2^23 elements: no eager verdict
+    assert not any("eager" in v["what"] for v in check_floors.check({"copy_gbs": 3000.0, "rows": small}))
+
+
 def test_packed_benchmark_segments():
     """The --options cases' packings: 32768 tokens, log-uniform lengths in 64..8192 (the last cut
     short), and 3 long segments beside 2000 short ones."""

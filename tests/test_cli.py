@@ -103,7 +103,8 @@ def test_main_job_writes_nothing(tmp_path):
     ("linrec.bench", ["--dtypes", "float32+bfloat16"], "argument --dtypes: invalid choice: 'float32+bfloat16'"),
     ("linrec.bench", ["--dtypes", "complex64"], "argument --dtypes: invalid choice: 'complex64'"),
     ("linrec.bench", ["--impls", "cuda"], "argument --impls: invalid choice: 'cuda' (choose from 'linrec', "
-                                          "'triton.pipe', 'linrec_hop', 'accelerated_scan')"),
+                                          "'triton.pipe', 'linrec_hop', 'accelerated_scan.warp', "
+                                          "'accelerated_scan.triton', 'fla.chunk_hgrn')"),
     ("linrec.bench", ["--reps", "-1"], "argument --reps: -1 is not positive"),
     ("linrec.tune", ["--dtype", "complex64"], "argument --dtype: invalid choice: 'complex64'"),
     ("linrec.tune", ["--kernels", "ref"], "argument --kernels: invalid choice: 'ref'"),
@@ -170,8 +171,8 @@ def test_bench_writes_only_what_is_asked(fake_bench, in_tmp, capsys):
 
 
 def test_bench_names_an_implementation_it_cannot_import(fake_bench, capsys):
-    assert bench.main(["--impls", "linrec", "accelerated_scan"]) == 1
-    assert capsys.readouterr().err == "python -m linrec.bench: error: not importable here: accelerated_scan\n"
+    assert bench.main(["--impls", "linrec", "accelerated_scan.warp"]) == 1
+    assert capsys.readouterr().err == "python -m linrec.bench: error: not importable here: accelerated_scan.warp\n"
     assert fake_bench == []
 
 

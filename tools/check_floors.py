@@ -6,6 +6,9 @@ The floors, as fractions of the run's copy bandwidth or ratios to the same run's
   grid L = 1024, 2048      fwd >= 0.97 x torch.add's fraction, fwd+bwd >= 0.97 x the elementwise fwd+bwd's
   grid 16 <= L <= 512      fwd time <= 1.1 x torch.add's, fwd+bwd time <= 1.2 x the elementwise fwd+bwd's
   any other case           fwd >= 0.85 of copy, fwd+bwd >= 0.80 (few long sequences, channel-last)
+  every case with a peer   at least the best peer's GB/s in the same run (accelerated-scan, FLA, the
+                           Triton pipe: every implementation that is not linrec's own)
+  eager, >= 2^23 elements  fwd eager time <= 1.1 x torch.add's, fwd+bwd <= 1.15 x the elementwise fwd+bwd's
 The same floors hold for every dtype, but for the 16-bit forward of few long sequences: 0.78
 (lowered 2026-11-27 after about 30 measured designs, docs/design/0006-chained-fixed-cost-bf16-forward.md).
 A `python -m linrec.bench --host --json` file has one floor: on CPU tensors, fwd+bwd host time
@@ -21,6 +24,9 @@ import json
 import sys
 
 BASELINES = {False: "torch.add", True: "torch.mul fwd+bwd"}
+NOT_PEERS = {"linrec", "linrec_hop", "torch.add", "torch.mul fwd+bwd"}
+EAGER_FLOORS = {False: 1.1, True: 1.15}
+EAGER_MIN_ELEMS = 2**23
 
 
 FEW_LONG_CASES = ("1 x 2^24", "4 x 2^22")
@@ -53,6 +59,16 @@ def check(bench, impl="linrec"):
         figure, floor, higher, what = floor_of(case, dtype, backward, ours, base, bench["copy_gbs"])
         ok = figure >= floor if higher else figure <= floor
         verdicts.append(dict(case=case, dtype=dtype, backward=backward, figure=figure, floor=floor, what=what, ok=ok))
+        peers = [r for (c, d, b, n), r in rows.items() if (c, d, b) == (case, dtype, backward) and n not in NOT_PEERS]
+        if peers:
+            best = max(peers, key=lambda r: r["gbs"])
+            figure = ours["gbs"] / best["gbs"]
+            verdicts.append(dict(case=case, dtype=dtype, backward=backward, figure=figure, floor=1.0,
+                                 what=f"x {best['impl']}'s GB/s", ok=figure >= 1.0))
+        if ours.get("elems", 0) >= EAGER_MIN_ELEMS and "eager_ms" in ours:
+            figure = ours["eager_ms"] / base["eager_ms"]
+            verdicts.append(dict(case=case, dtype=dtype, backward=backward, figure=figure, floor=EAGER_FLOORS[backward],
+                                 what="x baseline eager time", ok=figure <= EAGER_FLOORS[backward]))
     return verdicts
 
 

@@ -109,7 +109,7 @@ def _resolve_backend(device_index: int) -> str:
             warnings.warn(f"linrec: no compiled kernels for {name}: {why}; using the Triton implementation",
                           stacklevel=3)
         return "triton"
-    tuning.install(C_CUDA, device_index, name)
+    tuning.install(C_CUDA, device_index, name, tuning.hardware_facts(torch.cuda.get_device_properties(device_index)))
     return "cuda"
 
 

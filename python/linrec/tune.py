@@ -8,17 +8,23 @@ channel-last layout. It prints
 the best config per length, as the blog's tables do, and with --json PATH writes all rows as JSON.
 It exits with status 1 when a run's error is above its dtype's bound. Needs a CUDA device and
 linrec's compiled CUDA kernels.
+
+`python -m linrec.tune --table PATH` instead measures a tuning table for this device: every row
+of the template table (--template, default the H100's) with its config measured here
+(linrec.tune_table). Copy the file into linrec/tuning/ to ship it; linrec then uses it on every
+device whose name contains one of its "match" strings.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from typing import Sequence
 
 import torch
 
 import linrec
-from linrec import _cli
+from linrec import _cli, tuning
 from linrec._registry import FAMILIES
 from linrec._timing import device_ms
 from linrec.impl import cuda
@@ -95,10 +101,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reps", type=_cli.positive_int, default=20, help="samples per figure (default: 20)")
     parser.add_argument("--json", metavar="PATH", help="write every run to this JSON file")
     parser.add_argument("--all", action="store_true", help="also print every run, not only the best per length")
+    parser.add_argument("--table", metavar="PATH", help="instead, measure a tuning table for this device into PATH")
+    parser.add_argument("--template", default=tuning.DEFAULT_TABLE, choices=tuning.tables(),
+                        help=f"--table: the table whose rows are measured (default: {tuning.DEFAULT_TABLE})")
     args = parser.parse_args(argv)
     reason = _cli.cuda_unavailable(compiled_kernels=True)
     if reason:
         return _cli.fail(PROG, reason)
+    if args.table:
+        from . import tune_table
+
+        table = tune_table.write(args.template, args.table, args.reps, args.max_elems, list(argv or sys.argv[1:]))
+        changed = sum(new["config"] != old["config"] for new, old in zip(table["rows"], tuning.load(args.template)["rows"]))
+        print(f"{args.table}: {len(table['rows'])} rows for {table['device']}, {changed} configs unlike the template's")
+        return 0
     rows = tune(args.kernels, args.lengths, getattr(torch, args.dtype), args.max_elems, args.reps, args.seqs)
     print(f"device: {torch.cuda.get_device_name()}, dtype {args.dtype}")
     if args.all:

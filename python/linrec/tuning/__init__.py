@@ -6,12 +6,22 @@ commands) and, in every row, the measurement it came from. A row's conditions
 pick a kernel family and its config; the first matching row wins. The C++ op reads
 the table at call time (``csrc/tuning/``); this module hands the tables over: the
 default one at import, and a device's own the first time linrec runs on it.
+
+A device with no table of its own (none whose ``match`` strings occur in its name) takes
+the measured table of the device most like it by a model of the hardware: Little's law
+says an SM must keep bandwidth-per-SM x latency bytes in flight to draw its share of the
+bandwidth, and the config is what sets bytes in flight. With DRAM latency about the same
+across these GPUs, the nearest table by peak bandwidth per SM (on a log scale; same
+compute capability first, whose register and shared-memory budgets the configs were
+measured under) is the one whose configs keep about the right bytes in flight.
+`python -m linrec.tune --table PATH` measures a table for a new device.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import math
 from pathlib import Path
 
 from .._registry import FAMILIES
@@ -36,12 +46,47 @@ def tables() -> list[str]:
     return sorted(p.stem for p in _HERE.glob("*.json"))
 
 
-def table_for(device_name: str) -> str:
-    """The table whose ``match`` strings occur in the device's name, else the default."""
+def peak_gbs(props) -> float | None:
+    """A device's peak DRAM bandwidth in GB/s (double data rate over its bus), from torch's
+    device properties; None where they lack the memory clock or bus width."""
+    clock_khz, bus_bits = getattr(props, "memory_clock_rate", 0), getattr(props, "memory_bus_width", 0)
+    if not clock_khz or not bus_bits:
+        return None
+    return 2 * clock_khz * 1e3 * bus_bits / 8 / 1e9
+
+
+def hardware_facts(props, copy_gbs: float | None = None) -> dict:
+    """What a table records of its device, and what the model compares: SM count, compute
+    capability, L2, peak bandwidth and (measured, when given) copy bandwidth."""
+    facts = dict(sms=props.multi_processor_count, capability=f"{props.major}.{props.minor}",
+                 l2_mb=round(props.L2_cache_size / 2**20), peak_gbs=round(peak_gbs(props) or 0) or None)
+    if copy_gbs is not None:
+        facts["copy_gbs"] = copy_gbs
+    return facts
+
+
+def nearest_table(facts: dict) -> str:
+    """The measured table for a device with no table of its own (the module docstring's model):
+    same compute capability first, then the nearest peak bandwidth per SM on a log scale. The
+    default table when the device's bandwidth is unknown."""
+    if not facts.get("peak_gbs"):
+        return DEFAULT_TABLE
+
+    def distance(name):
+        hw = load(name)["hardware"]
+        other_arch = hw["capability"] != facts["capability"]
+        return other_arch, abs(math.log(facts["peak_gbs"] / facts["sms"] / (hw["peak_gbs"] / hw["sms"])))
+
+    return min(tables(), key=distance)
+
+
+def table_for(device_name: str, facts: dict | None = None) -> str:
+    """The table whose ``match`` strings occur in the device's name; else, given the device's
+    hardware_facts, the nearest by the model; else the default."""
     for name in tables():
         if any(m in device_name for m in load(name)["match"]):
             return name
-    return DEFAULT_TABLE
+    return nearest_table(facts) if facts else DEFAULT_TABLE
 
 
 def encode(table: dict) -> list[tuple]:
@@ -56,8 +101,16 @@ def encode(table: dict) -> list[tuple]:
     return rows
 
 
-def install(cuda_module, device: int = -1, device_name: str | None = None) -> str:
+def install(cuda_module, device: int = -1, device_name: str | None = None, facts: dict | None = None) -> str:
     """Hand a table to the compiled kernels: the default (device -1), or the one for a device."""
-    name = DEFAULT_TABLE if device_name is None else table_for(device_name)
+    name = DEFAULT_TABLE if device_name is None else table_for(device_name, facts)
     cuda_module.set_tuning_table(device, encode(load(name)))
     return name
+
+
+def write(table: dict, path) -> None:
+    """A table as JSON, one row a line (as the shipped tables are laid out)."""
+    head = {k: v for k, v in table.items() if k != "rows"}
+    lines = json.dumps(head, indent=2)[:-2] + ',\n  "rows": [\n'
+    lines += ",\n".join("    " + json.dumps(r) for r in table["rows"]) + "\n  ]\n}\n"
+    Path(path).write_text(lines)

@@ -1,0 +1,205 @@
+"""A tuning table for this device, measured: `python -m linrec.tune --table PATH`.
+
+A table's rows split the calls into regimes (storage class, layout, direction, lengths, sequences
+per SM, tiles a sequence) and give each regime a kernel and its config. The regimes and the kernel
+of each row are the project's design and stay those of a template table (the default one); what
+differs between devices is which config keeps enough bytes in flight for the device's bandwidth.
+So each row becomes a probe: one shape inside the row's regime, timed with every config of the
+row's kernel that is compiled for all of the row's storage classes and can run that shape. The
+fastest config wins, unless the template's is within TIE of it (noise must not churn a table).
+
+Inputs cycle past L2, as in the bench, so short sequences are read from DRAM. Timing is device
+time (a CUDA graph), one kernel at a time: forward, fused backward, or both for a row of either
+direction.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import math
+
+import torch
+
+from . import tuning
+from ._ops import bwd_op, fwd_op_no_autograd as fwd_op
+from ._registry import FAMILIES
+from ._timing import copy_bandwidth_gbs, device_ms
+from .bench import copies_past_l2
+
+TIE = 0.02  # the template's config stays when it is within 2% of the fastest
+# The dtype each storage class is probed with.
+STORAGE_DTYPES = {"32bit": torch.float32, "16bit": torch.bfloat16, "64bit": torch.float64,
+                  "complex64": torch.complex64, "complex128": torch.complex128}
+PROBE_ORDER = ["32bit", "16bit", "complex64", "64bit", "complex128"]
+MEMCODE_NAMES = {v: k for k, v in tuning.MEMCODES.items()}
+ALGOCODE_NAMES = {v: k for k, v in tuning.ALGOCODES.items()}
+
+
+def serves(rows, index, storage, layout, direction, length, seqs, sms):
+    """Whether rows[index] is the first row matching a call (the rule of csrc/tuning/kernel_choice.cpp)."""
+    for i, row in enumerate(rows):
+        if storage not in row["storage"] or row["layout"] != layout:
+            continue
+        if row.get("direction", "any") not in ("any", direction):
+            continue
+        if length < row.get("min_len", 0) or 0 <= row.get("max_len", -1) < length:
+            continue
+        if row.get("max_seqs_per_sm", 0) and seqs >= row["max_seqs_per_sm"] * sms:
+            continue
+        if row.get("min_tiles", 0) and -(-length // (row["config"][0] * row["config"][1])) < row["min_tiles"]:
+            continue
+        return i == index
+    return False
+
+
+def probe_storage(row):
+    return next(s for s in PROBE_ORDER if s in row["storage"])
+
+
+def probe_shapes(rows, index, sms, max_elems):
+    """The calls rows[index] is probed with, as (sequences, length, directions): shapes inside its
+    regime, each with the directions the row serves there (an earlier row may take the forward).
+    Few long sequences: one, as long as max_elems allows; a few sequences per SM (chained over
+    several tiles): 8 per SM; a bounded row: its longest length (its config must fit it); an
+    unbounded one: from just above the earlier rows' lengths to 16384. Many sequences: the
+    bench's grid (#SMs x 100)."""
+    row = rows[index]
+    if row.get("max_seqs_per_sm", 0) and row["max_seqs_per_sm"] <= 2:
+        shapes = [(1, max(row.get("min_len", 0), max_elems // 4))]
+    elif row.get("max_seqs_per_sm", 0):
+        shapes = [(8 * sms, 2 ** int(math.log2(max_elems // (8 * sms))))]
+    elif row.get("max_len") is not None:
+        shapes = [(sms * 100, row["max_len"])]
+    else:
+        lower = row.get("min_len", 0)
+        for earlier in rows[:index]:
+            directions = {earlier.get("direction", "any"), row.get("direction", "any")}
+            same_calls = earlier["layout"] == row["layout"] and set(earlier["storage"]) & set(row["storage"])
+            if same_calls and ("any" in directions or len(directions) == 1):
+                lower = max(lower, earlier.get("max_len", -1) + 1)
+        lengths = sorted({2 ** math.ceil(math.log2(max(lower, 16))), 4096, 16384})
+        shapes = [(sms * 100, n) for n in lengths if n >= lower]
+    storage = probe_storage(row)
+    directions = ["fwd", "bwd"] if row.get("direction", "any") == "any" else [row["direction"]]
+    served = []
+    for seqs, length in shapes:
+        dirs = [d for d in directions if serves(rows, index, storage, row["layout"], d, length, seqs, sms)]
+        if dirs:
+            served.append((seqs, length, dirs))
+    return served
+
+
+def fits(kernel, length, config):
+    e, t = config[:2]
+    if kernel == "packed":
+        return length <= 32 * e
+    if kernel == "tile":
+        return length <= e * t
+    return True
+
+
+def candidates(row):
+    """The configs compiled for every storage class of the row, as (e, t, memname, algoname)."""
+    sets = []
+    for storage in row["storage"]:
+        compiled = _compiled(row["kernel"], STORAGE_DTYPES[storage])
+        sets.append({(e, t, MEMCODE_NAMES[m], ALGOCODE_NAMES[a]) for e, t, m, a in compiled})
+    return sorted(set.intersection(*sets))
+
+
+def _compiled(kernel, dtype):
+    import linrec
+
+    return linrec.compiled_configs(kernel, dtype)
+
+
+def time_config(kernel, config, sets, dim, directions, reps):
+    """Device ms of the forward, the fused backward, or their sum, at `config`."""
+    e, t, m, a = config
+    kid = FAMILIES[kernel].id
+    args = (kid, e, t, tuning.MEMCODES[m], tuning.ALGOCODES[a])
+    turn = itertools.cycle(sets)
+    total = 0.0
+    if "fwd" in directions:
+        def forward():
+            x, c, _, _ = next(turn)
+            fwd_op(x, c, None, dim, 0, *args)
+        total += device_ms(forward, reps=reps, inner=len(sets) * -(-10 // len(sets)))
+    if "bwd" in directions:
+        def backward():
+            _, c, y, dy = next(turn)
+            bwd_op(dy, c, y, None, dim, 0, *args)
+        total += device_ms(backward, reps=reps, inner=len(sets) * -(-10 // len(sets)))
+    return total
+
+
+def probe_sets(row, seqs, length, l2_bytes):
+    """Input sets (x, c, y, dy) of the row's probe, copied past L2; channel-last rows as (length, seqs)
+    scanned over dim 0."""
+    dtype = STORAGE_DTYPES[probe_storage(row)]
+    shape = (length, seqs) if row["layout"] == "channels" else (seqs, length)
+    x = torch.randn(shape, device="cuda").to(dtype)
+    c = (torch.rand(shape, device="cuda") * 0.5 + 0.5).to(dtype)
+    y, dy = torch.randn_like(x), torch.randn_like(x)
+    return copies_past_l2((x, c, y, dy), 8 * x.numel() * x.element_size(), l2_bytes)
+
+
+def measure(template, reps=10, max_elems=2**26, log=print):
+    """The rows of `template` (a table's JSON) with each config measured on this device."""
+    props = torch.cuda.get_device_properties(0)
+    rows = []
+    sms = props.multi_processor_count
+    for i, row in enumerate(template["rows"]):
+        dim = 0 if row["layout"] == "channels" else -1
+        shapes = probe_shapes(template["rows"], i, sms, max_elems)
+        if not shapes:  # no call reaches the row: it stays as it is
+            rows.append(row)
+            log(f"row {i:>2} {row['kernel']:<8} reached by no probe; kept")
+            continue
+        configs = [tuple(c) for c in candidates(row) if all(fits(row["kernel"], n, c) for _, n, _ in shapes)]
+        score = dict.fromkeys(configs, 0.0)  # summed over the shapes, each relative to its fastest config
+        plain = {}
+        for seqs, length, dirs in shapes:
+            sets = probe_sets(row, seqs, length, props.L2_cache_size)
+            times = {cfg: time_config(row["kernel"], cfg, sets, dim, dirs, reps) for cfg in configs}
+            del sets
+            for cfg, ms in times.items():
+                score[cfg] += ms / min(times.values())
+                plain[cfg] = 1e3 * ms  # the last shape's time, for the record
+        old = tuple(row["config"])
+        best = min(score, key=score.get)
+        chosen = old if old in score and score[old] <= (1 + TIE) * score[best] else best
+        others = ", ".join(f"{_name(k)} {plain[k]:.1f}"
+                           for _, k in sorted((v, k) for k, v in score.items() if k != chosen)[:2])
+        where = ", ".join(f"{s} x {n} {'+'.join(d)}" for s, n, d in shapes) + (" over dim 0" if dim == 0 else "")
+        record = f"{probe_storage(row)} {where}; us at the last: {_name(chosen)} {plain[chosen]:.1f}; {others}"
+        if old != chosen and old in plain:
+            record += f"; the template's {_name(old)} {plain[old]:.1f}"
+        rows.append(dict(row, config=list(chosen), measured=record))
+        log(f"row {i:>2} {row['kernel']:<8} {record}")
+    return rows
+
+
+def _name(config):
+    e, t, m, a = config
+    return f"{e}x{t} {m}"
+
+
+def write(template_name, path, reps, max_elems, argv, log=print):
+    """Measure every row of the template table and write a table for this device to `path`."""
+    template = tuning.load(template_name)
+    props = torch.cuda.get_device_properties(0)
+    rows = measure(template, reps, max_elems, log)
+    table = dict(
+        device=props.name,
+        match=[props.name],
+        hardware=tuning.hardware_facts(props, copy_gbs=round(copy_bandwidth_gbs())),
+        date=datetime.date.today().isoformat(),
+        commands=[f"python -m linrec.tune {' '.join(argv)}"],
+        template=template_name,
+        rule=template["rule"],
+        rows=rows,
+    )
+    tuning.write(table, path)
+    return table
