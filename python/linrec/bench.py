@@ -33,6 +33,7 @@ import collections
 import itertools
 import math
 import sys
+import time
 from typing import Sequence
 
 import torch
@@ -49,6 +50,7 @@ DTYPES = [s.values if s.values == s.coeffs else f"{s.values}+{s.coeffs}" for s i
 # Those implementations() may find: linrec's own, and the peers where they import.
 IMPLS = ["linrec", "triton.pipe", "linrec_hop", "accelerated_scan.warp", "accelerated_scan.triton", "fla.chunk_hgrn"]
 PEER_NAMES = {"accelerated_scan.warp", "accelerated_scan.triton", "fla.chunk_hgrn"}
+SLOW_REPS = 5
 WAITS_FOR_DEVICE = {"linrec_hop"}  # reads a tensor's values on the host: no CUDA graph
 PROG = "python -m linrec.bench"
 
@@ -166,10 +168,12 @@ def input_sets(x, c, backward, l2_bytes):
     return [(a.detach().requires_grad_(), b.detach().requires_grad_(), torch.randn_like(a)) for a, b in sets]
 
 
-def time_case(fn, x, c, dim, backward, reps, l2_bytes, capturable=True):
+def time_case(fn, x, c, dim, backward, reps, l2_bytes, capturable=True, slow_ms=None):
     """(device ms, eager ms) of fn forward, or forward+backward through autograd, on inputs cycled past L2.
     A function that waits for the device (not `capturable` in a CUDA graph) is timed eagerly in
-    both columns: a failed capture leaves torch's CUDA generator unusable (torch 2.11)."""
+    both columns: a failed capture leaves torch's CUDA generator unusable (torch 2.11). One whose
+    first call takes longer than `slow_ms` (a peer far off the pace) gets SLOW_REPS samples of
+    one call each: its figure is still a median, and the bench's time goes to the close races."""
     sets = input_sets(x, c, backward, l2_bytes)
     turn = itertools.cycle(sets)
     # Each call's results stay alive until the cycle comes back to its inputs, so the calls of
@@ -185,6 +189,14 @@ def time_case(fn, x, c, dim, backward, reps, l2_bytes, capturable=True):
             held.append(torch.autograd.grad(fn(a, b, dim=dim), (a, b), dy))
 
     inner = len(sets) * -(-10 // len(sets))  # whole cycles, at least 10 calls a sample
+    if slow_ms is not None:
+        step()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        if (time.perf_counter() - start) * 1e3 > slow_ms:
+            reps, inner = SLOW_REPS, 1
     eager = eager_ms(step, reps=reps, inner=inner)
     times = (device_ms(step, reps=reps, inner=inner) if capturable else eager), eager
     held.clear()
@@ -242,8 +254,10 @@ def run(dtypes, reps, max_hop_elems, only, impls, options=False):
                         if (backward, name) in unsupported:
                             continue
                         try:
+                            # Off the pace: 20x the baseline's first-round time (or more).
+                            slow = 20 * first[backward][0] if name != "linrec" and backward in first else None
                             runs.setdefault((backward, name), []).append(time_case(
-                                fn, x, c, case["dim"], backward, reps, l2_bytes, name not in WAITS_FOR_DEVICE))
+                                fn, x, c, case["dim"], backward, reps, l2_bytes, name not in WAITS_FOR_DEVICE, slow))
                         except (RuntimeError, AssertionError, ValueError) as error:
                             if name in PEER_NAMES:  # a peer's limits (lengths, sizes): no figure for this case
                                 unsupported.add((backward, name))

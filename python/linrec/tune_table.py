@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime
 import itertools
 import math
+import time
 
 import torch
 
@@ -150,6 +151,7 @@ def measure(template, reps=10, max_elems=2**26, log=print):
     props = torch.cuda.get_device_properties(0)
     rows = []
     sms = props.multi_processor_count
+    start = time.perf_counter()
     for i, row in enumerate(template["rows"]):
         dim = 0 if row["layout"] == "channels" else -1
         shapes = probe_shapes(template["rows"], i, sms, max_elems)
@@ -162,7 +164,14 @@ def measure(template, reps=10, max_elems=2**26, log=print):
         plain = {}
         for seqs, length, dirs in shapes:
             sets = probe_sets(row, seqs, length, props.L2_cache_size)
-            times = {cfg: time_config(row["kernel"], cfg, sets, dim, dirs, reps) for cfg in configs}
+            times = {}
+            for cfg in configs:
+                try:
+                    times[cfg] = time_config(row["kernel"], cfg, sets, dim, dirs, reps)
+                except RuntimeError as error:  # a config this device cannot launch (shared memory)
+                    log(f"row {i:>2} {_name(cfg)}: left out: {str(error).splitlines()[0][:160]}")
+            configs = [cfg for cfg in configs if cfg in times]
+            score = {cfg: score[cfg] for cfg in configs}
             del sets
             for cfg, ms in times.items():
                 score[cfg] += ms / min(times.values())
@@ -177,7 +186,7 @@ def measure(template, reps=10, max_elems=2**26, log=print):
         if old != chosen and old in plain:
             record += f"; the template's {_name(old)} {plain[old]:.1f}"
         rows.append(dict(row, config=list(chosen), measured=record))
-        log(f"row {i:>2} {row['kernel']:<8} {record}")
+        log(f"row {i:>2} {row['kernel']:<8} {record} ({time.perf_counter() - start:.0f} s)")
     return rows
 
 
