@@ -62,23 +62,24 @@ def probe_shapes(rows, index, sms, max_elems):
     """The calls rows[index] is probed with, as (sequences, length, directions): shapes inside its
     regime, each with the directions the row serves there (an earlier row may take the forward).
     Few long sequences: one, as long as max_elems allows; a few sequences per SM (chained over
-    several tiles): 8 per SM; a bounded row: its longest length (its config must fit it); an
+    several tiles): 8 per SM; a bounded row: the largest power of two it takes; an
     unbounded one: from just above the earlier rows' lengths to 16384. Many sequences: the
     bench's grid (#SMs x 100)."""
     row = rows[index]
+    lower = row.get("min_len", 0)  # the shortest length no earlier row takes
+    for earlier in rows[:index]:
+        covers = earlier.get("direction", "any") in ("any", row.get("direction", "any"))  # all its directions
+        same_calls = earlier["layout"] == row["layout"] and set(earlier["storage"]) & set(row["storage"])
+        if same_calls and covers and not earlier.get("max_seqs_per_sm"):
+            lower = max(lower, earlier.get("max_len", -1) + 1)
     if row.get("max_seqs_per_sm", 0) and row["max_seqs_per_sm"] <= 2:
         shapes = [(1, max(row.get("min_len", 0), max_elems // 4))]
     elif row.get("max_seqs_per_sm", 0):
         shapes = [(8 * sms, 2 ** int(math.log2(max_elems // (8 * sms))))]
-    elif row.get("max_len") is not None:
-        shapes = [(sms * 100, row["max_len"])]
+    elif row.get("max_len") is not None:  # a power of two where one is in range: odd lengths are misaligned
+        power = 2 ** int(math.log2(row["max_len"]))
+        shapes = [(sms * 100, power if power >= lower else row["max_len"])]
     else:
-        lower = row.get("min_len", 0)
-        for earlier in rows[:index]:
-            directions = {earlier.get("direction", "any"), row.get("direction", "any")}
-            same_calls = earlier["layout"] == row["layout"] and set(earlier["storage"]) & set(row["storage"])
-            if same_calls and ("any" in directions or len(directions) == 1):
-                lower = max(lower, earlier.get("max_len", -1) + 1)
         lengths = sorted({2 ** math.ceil(math.log2(max(lower, 16))), 4096, 16384})
         shapes = [(sms * 100, n) for n in lengths if n >= lower]
     storage = probe_storage(row)
@@ -159,7 +160,8 @@ def measure(template, reps=10, max_elems=2**26, log=print):
             rows.append(row)
             log(f"row {i:>2} {row['kernel']:<8} reached by no probe; kept")
             continue
-        configs = [tuple(c) for c in candidates(row) if all(fits(row["kernel"], n, c) for _, n, _ in shapes)]
+        longest = max([n for _, n, _ in shapes] + [row.get("max_len", 0)])
+        configs = [tuple(c) for c in candidates(row) if fits(row["kernel"], longest, c)]
         score = dict.fromkeys(configs, 0.0)  # summed over the shapes, each relative to its fastest config
         plain = {}
         for seqs, length, dirs in shapes:
