@@ -140,11 +140,11 @@ def fake_bench(monkeypatch, fake_gpu):
     """bench.run replaced: records its arguments, returns fake_bench_rows()."""
     calls = []
 
-    def run(dtypes, reps, max_hop_elems, only, impls, options=False):
+    def run(dtypes, reps, max_hop_elems, only, impls, options=False, after_case=None):
         calls.append(dict(dtypes=dtypes, impls=list(impls)))
         return 2000.0, fake_bench_rows()
     monkeypatch.setattr(bench, "run", run)
-    monkeypatch.setattr(bench, "implementations", lambda: {"linrec": linrec.linrec, "linrec_hop": linrec.linrec})
+    monkeypatch.setattr(bench, "implementations", lambda names=None: {"linrec": linrec.linrec, "linrec_hop": linrec.linrec})
     return calls
 
 

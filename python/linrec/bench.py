@@ -76,8 +76,9 @@ def scanned_middle(scan):
     return call
 
 
-def implementations():
-    """The implementations importable here, by their --impls names."""
+def implementations(names=None):
+    """The implementations importable here, by their --impls names; only those of `names` where
+    given (importing accelerated_scan.warp compiles its kernel: minutes)."""
     impls = {"linrec": linrec.linrec}
     try:
         from linrec.impl import triton as tr
@@ -92,6 +93,8 @@ def implementations():
              "accelerated_scan.triton": ("accelerated_scan.scalar", "scan", scanned_last),
              "fla.chunk_hgrn": ("fla.ops.hgrn", "chunk_hgrn", lambda f: scanned_middle(lambda x, g: f(x, g)[0]))}
     for name, (module, function, adapt) in peers.items():
+        if names is not None and name not in names:
+            continue
         try:  # a peer, when importable (accelerated_scan.warp compiles its kernel at import)
             impls[name] = adapt(getattr(__import__(module, fromlist=[function]), function))
         except Exception as error:  # noqa: BLE001 - a peer that fails to import is left out, saying why
@@ -209,10 +212,11 @@ def parse_storage(name: str):
     return getattr(torch, values), getattr(torch, coeffs or values)
 
 
-def run(dtypes, reps, max_hop_elems, only, impls, options=False):
+def run(dtypes, reps, max_hop_elems, only, impls, options=False, after_case=None):
     """(copy bandwidth, rows): every case of `dtypes` whose name contains one of `only` (every
     case if it is empty), for `impls` (name -> function; a case may name its own) and the
-    baselines; with `options` the log_coeffs and cu_seqlens cases too."""
+    baselines; with `options` the log_coeffs and cu_seqlens cases too. after_case(copy, rows),
+    where given, sees the rows so far after each case (a run cut short keeps its figures)."""
     props = torch.cuda.get_device_properties(0)
     sms, l2_bytes = props.multi_processor_count, props.L2_cache_size
     copy = copy_bandwidth_gbs()
@@ -291,6 +295,8 @@ def run(dtypes, reps, max_hop_elems, only, impls, options=False):
                     rows.append(dict(base, impl=name, ms=ms, eager_ms=eager, gbs=gbs, frac=gbs / copy,
                                      vs_baseline=base_ms / ms, ms_runs=[t[0] for t in name_runs]))
             del x, c  # the caching allocator keeps the memory for the next case
+            if after_case:
+                after_case(copy, rows)
     return copy, rows
 
 
@@ -406,12 +412,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.json:
             write_rows(args.json, copy_bandwidth_gbs(), rows)
         return 0
-    found = implementations()
+    found = implementations(args.impls)
     missing = [name for name in args.impls or () if name not in found]
     if missing:
         return _cli.fail(PROG, f"not importable here: {', '.join(missing)}")
     impls = {k: v for k, v in found.items() if not args.impls or k in args.impls}
-    copy, rows = run(args.dtypes, args.reps, args.max_hop_elems, args.only, impls, args.options)
+    save = (lambda copy, rows: write_rows(args.json, copy, rows)) if args.json else None
+    copy, rows = run(args.dtypes, args.reps, args.max_hop_elems, args.only, impls, args.options, save)
     print(f"device: {torch.cuda.get_device_name()}, copy bandwidth {copy:.0f} GB/s (read + write)")
     print_table(rows)
     if args.json:
