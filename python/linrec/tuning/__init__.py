@@ -110,7 +110,7 @@ def install(cuda_module, device: int = -1, device_name: str | None = None, facts
 
 def write(table: dict, path) -> None:
     """A table as JSON, one row a line (as the shipped tables are laid out)."""
-    head = {k: v for k, v in table.items() if k != "rows"}
-    lines = json.dumps(head, indent=2)[:-2] + ',\n  "rows": [\n'
-    lines += ",\n".join("    " + json.dumps(r) for r in table["rows"]) + "\n  ]\n}\n"
+    head = [f"  {json.dumps(k)}: {json.dumps(v)}," for k, v in table.items() if k != "rows"]
+    rows = ",\n".join("    " + json.dumps(r) for r in table["rows"])
+    lines = "\n".join(["{", *head, '  "rows": [', rows, "  ]", "}"]) + "\n"
     Path(path).write_text(lines)
