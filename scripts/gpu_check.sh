@@ -36,9 +36,10 @@
 # Env: LINREC_WHEEL (install this wheel with --no-deps instead of building), LINREC_TREE_PYTHON=1 (then
 #      copy the tree's python/linrec over the installed package: a wheel built before a change to
 #      Python files and tuning tables alone, whose compiled module is unchanged), PEER_WHEELS (wheels
-#      of the bench's peers, installed with --no-deps: accelerated-scan, fla-core, ninja), BEFORE_WHEEL, BEFORE_ARGS, MAMBA_SDIST,
-#      TORCH_CUDA_ARCH_LIST (default 9.0 when building), TESTS, TEST_FILES, PYTEST_ARGS, BENCH_ARGS,
-#      TUNE_ARGS, SWEEP_ARGS, SELECTIVE_ARGS, WEAK_ARGS, TEST_TIMEOUT (seconds, default 900).
+#      of the bench's peers, installed with --no-deps: accelerated-scan, fla-core, ninja),
+#      BEFORE_WHEEL, BEFORE_ARGS, MAMBA_SDIST, TORCH_CUDA_ARCH_LIST (default 9.0 when building),
+#      TESTS, TEST_FILES, PYTEST_ARGS, BENCH_ARGS, TUNE_ARGS, TABLE_ARGS, SWEEP_ARGS, SELECTIVE_ARGS,
+#      WEAK_ARGS, TEST_TIMEOUT (seconds, default 900).
 set -uo pipefail
 out=${1:-${OUT:-results}}
 shift || true

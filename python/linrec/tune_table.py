@@ -4,9 +4,10 @@ A table's rows split the calls into regimes (storage class, layout, direction, l
 per SM, tiles a sequence) and give each regime a kernel and its config. The regimes and the kernel
 of each row are the project's design and stay those of a template table (the default one); what
 differs between devices is which config keeps enough bytes in flight for the device's bandwidth.
-So each row becomes a probe: one shape inside the row's regime, timed with every config of the
-row's kernel that is compiled for all of the row's storage classes and can run that shape. The
-fastest config wins, unless the template's is within TIE of it (noise must not churn a table).
+So each row is probed: a few shapes inside the row's regime (probe_shapes), each timed with every
+config of the row's kernel that is compiled for all of the row's storage classes and fits the
+row's lengths. The config with the least time summed over the shapes (each relative to its
+fastest) wins, unless the template's is within TIE of it (noise must not churn a table).
 
 Inputs cycle past L2, as in the bench, so short sequences are read from DRAM. Timing is device
 time (a CUDA graph), one kernel at a time: forward, fused backward, or both for a row of either
@@ -22,7 +23,7 @@ import time
 
 import torch
 
-from . import tuning
+from . import compiled_configs, tuning
 from ._ops import bwd_op, fwd_op_no_autograd as fwd_op
 from ._registry import FAMILIES
 from ._timing import copy_bandwidth_gbs, device_ms
@@ -38,7 +39,7 @@ ALGOCODE_NAMES = {v: k for k, v in tuning.ALGOCODES.items()}
 
 
 def serves(rows, index, storage, layout, direction, length, seqs, sms):
-    """Whether rows[index] is the first row matching a call (the rule of csrc/tuning/kernel_choice.cpp)."""
+    """Whether rows[index] is the first row matching a call (the rule of csrc/tuning/kernel_choice_cuda.cpp)."""
     for i, row in enumerate(rows):
         if storage not in row["storage"] or row["layout"] != layout:
             continue
@@ -48,7 +49,7 @@ def serves(rows, index, storage, layout, direction, length, seqs, sms):
             continue
         if row.get("max_seqs_per_sm", 0) and seqs >= row["max_seqs_per_sm"] * sms:
             continue
-        if row.get("min_tiles", 0) and -(-length // (row["config"][0] * row["config"][1])) < row["min_tiles"]:
+        if row.get("min_tiles", 0) and length < row["min_tiles"] * row["config"][0] * row["config"][1]:
             continue
         return i == index
     return False
@@ -105,15 +106,9 @@ def candidates(row):
     """The configs compiled for every storage class of the row, as (e, t, memname, algoname)."""
     sets = []
     for storage in row["storage"]:
-        compiled = _compiled(row["kernel"], STORAGE_DTYPES[storage])
+        compiled = compiled_configs(row["kernel"], STORAGE_DTYPES[storage])
         sets.append({(e, t, MEMCODE_NAMES[m], ALGOCODE_NAMES[a]) for e, t, m, a in compiled})
     return sorted(set.intersection(*sets))
-
-
-def _compiled(kernel, dtype):
-    import linrec
-
-    return linrec.compiled_configs(kernel, dtype)
 
 
 def time_config(kernel, config, sets, dim, directions, reps):
