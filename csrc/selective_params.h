@@ -53,12 +53,18 @@ struct SelectiveParams {
   StridesBC b_strides, c_strides;   // per channel: (0, N, 1, 0) over (batch, group = channel, state, step)
   const void* D = nullptr;          // (dim,) or nullptr
   const void* delta_bias = nullptr; // (dim,) or nullptr
-  const void* initial = nullptr;    // (batch, dim, N) contiguous, or nullptr: zero
+  const void* initial = nullptr;    // last_state's shape, contiguous, or nullptr: zero
   // Packed sequences: (L,), nonzero at each position where a segment begins in scan order; the
   // decay exp(dt * A) reads as 0 there, so the state restarts, and its gradients are 0. Or nullptr.
   const uint8_t* cuts = nullptr;
+  // With cuts, a state a segment (cu_seqlens given): each position's segment, (L,), and the
+  // number of segments. initial and last_state are then (batch, dim, segments, N): a segment's
+  // first step in scan order starts from its own initial state (or 0), and its last step's
+  // state is its last state. The CPU kernels take them; nullptr on other devices.
+  const int64_t* segment_of = nullptr;
+  int64_t segments = 0;
   void* y = nullptr;                // (batch, dim, L) contiguous
-  void* last_state = nullptr;       // (batch, dim, N) contiguous
+  void* last_state = nullptr;       // (batch, dim, N) contiguous; (batch, dim, segments, N) with segments
   void* checkpoints = nullptr;      // (batch, dim, num_checkpoints(L), N) contiguous
 };
 
@@ -69,11 +75,11 @@ struct SelectiveParams {
 struct SelectiveGradParams : SelectiveParams {
   const void* d_y = nullptr;
   Strides3 d_y_strides;
-  const void* d_last_state = nullptr;  // (batch, dim, N) contiguous, or nullptr: zero
+  const void* d_last_state = nullptr;  // last_state's shape, contiguous, or nullptr: zero
   void* d_u = nullptr;
   void* d_delta = nullptr;
   void* d_z = nullptr;                 // nullptr where z is
-  void* d_initial = nullptr;           // (batch, dim, N) contiguous
+  void* d_initial = nullptr;           // last_state's shape, contiguous
   void* d_A = nullptr;
   void* d_B = nullptr;
   void* d_C = nullptr;

@@ -635,35 +635,46 @@ SEGMENTS = [0, 0, 1, 131, 150]  # an empty segment, one step, one across the 128
 
 
 def segment_slices(args, cu):
-    """args cut to each segment along the length (per-channel B, C and the per-channel tensors whole)."""
-    for start, end in zip(cu[:-1], cu[1:]):
-        yield {k: (v[..., start:end] if k in ("u", "delta", "z") or (k in ("B", "C") and v.dim() >= 3) else v)
-               for k, v in args.items()}
+    """args cut to each segment along the length (per-channel B, C and the per-channel tensors
+    whole), initial_state to the segment's own."""
+    for k, (start, end) in enumerate(zip(cu[:-1], cu[1:])):
+        yield {name: (v[..., start:end] if name in ("u", "delta", "z") or (name in ("B", "C") and v.dim() >= 3)
+                      else v[:, :, k] if name == "initial_state" else v)
+               for name, v in args.items()}
 
 
 def packed_reference(args, cu, reverse, **options):
     """(y, last_state) of a packed call from the loop over each segment alone: y concatenated, the
-    last state that of the last nonempty segment in scan order."""
+    last states stacked as (batch, channels, segments, states) (an empty segment's is its initial
+    state, or zeros)."""
     outs = [reference(**a, reverse=reverse, **options) for a in segment_slices(args, cu)]
-    y = torch.cat([y for y, _ in outs], -1)
-    nonempty = [last for (_, last), s, e in zip(outs, cu[:-1], cu[1:]) if e > s]
-    return y, (nonempty[0] if reverse else nonempty[-1])
+    return torch.cat([y for y, _ in outs], -1), torch.stack([last for _, last in outs], 2)
+
+
+def per_segment_states(args, segments, seed):
+    g = torch.Generator().manual_seed(seed)
+    batch, channels, _ = args["u"].shape
+    return torch.randn(batch, channels, segments, args["A"].shape[1], generator=g, dtype=torch.float64)
 
 
 @pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("initial", [False, True], ids=["zero", "initial"])
 @pytest.mark.parametrize("b_form,c_form,groups", [("step", "channel", 1), ("group", "group", 2),
                                                    ("channel", "step", 1)])
-def test_cu_seqlens_scans_each_segment(b_form, c_form, groups, reverse):
-    """selective_scan(cu_seqlens=...) on the CPU kernel: y, the last state and every gradient as the
-    float64 loop over each segment alone (empty and one-step segments, one across a checkpoint)."""
+def test_cu_seqlens_scans_each_segment(b_form, c_form, groups, initial, reverse):
+    """selective_scan(cu_seqlens=...) on the CPU kernel: y, each segment's last state and every
+    gradient (a state a segment's too) as the float64 loop over each segment alone (empty and
+    one-step segments, one across a checkpoint), from zero or from each segment's initial state."""
     args = make_args(2, 4, 3, SEGMENTS[-1], b_form, c_form, groups, seed=21)
     del args["initial_state"]
+    if initial:
+        args["initial_state"] = per_segment_states(args, len(SEGMENTS) - 1, seed=27)
     cu = torch.tensor(SEGMENTS)
     options = dict(delta_softplus=True)
-    (y, last), grads = grads_of(lambda **a: scan(**a, cu_seqlens=cu, reverse=reverse, **options), args,
-                                weights_for(args))
+    weights = packed_weights(args, len(SEGMENTS) - 1)
+    (y, last), grads = grads_of(lambda **a: scan(**a, cu_seqlens=cu, reverse=reverse, **options), args, weights)
     (y_ref, last_ref), grads_ref = grads_of(lambda **a: packed_reference(a, SEGMENTS, reverse, **options), args,
-                                            weights_for(args))
+                                            weights)
     torch.testing.assert_close(y, y_ref, rtol=1e-9, atol=1e-10)
     torch.testing.assert_close(last, last_ref, rtol=1e-9, atol=1e-10)
     for name in args:
@@ -671,31 +682,47 @@ def test_cu_seqlens_scans_each_segment(b_form, c_form, groups, reverse):
                                    msg=lambda m, name=name: f"d{name}: {m}")
 
 
+def packed_weights(args, segments):
+    """weights_for's, with one (batch, channels, states) weight a segment for the last states."""
+    w_y, _ = weights_for(args)
+    return w_y, per_segment_states(args, segments, seed=2).to(args["u"].device)
+
+
 def test_cu_seqlens_compile_fullgraph():
     """torch.compile(fullgraph=True) traces a packed call and its backward: values and gradients as eager."""
     args = make_args(2, 4, 3, 20, "step", "channel", seed=26)
-    del args["initial_state"]
+    args["initial_state"] = per_segment_states(args, 2, seed=28)
     cu = torch.tensor([0, 6, 20])
     call = lambda **a: scan(**a, cu_seqlens=cu, delta_softplus=True)  # noqa: E731
-    (y, last), grads = grads_of(torch.compile(call, fullgraph=True, backend="aot_eager"), args, weights_for(args))
-    (y_e, last_e), grads_e = grads_of(call, args, weights_for(args))
+    weights = packed_weights(args, 2)
+    (y, last), grads = grads_of(torch.compile(call, fullgraph=True, backend="aot_eager"), args, weights)
+    (y_e, last_e), grads_e = grads_of(call, args, weights)
     torch.testing.assert_close(y, y_e, rtol=0, atol=0)
     torch.testing.assert_close(last, last_e, rtol=0, atol=0)
     for name in args:
         torch.testing.assert_close(grads[name], grads_e[name], rtol=1e-14, atol=1e-14)
 
 
-def test_cu_seqlens_one_segment_is_the_plain_scan():
+@pytest.mark.parametrize("reverse", [False, True])
+def test_cu_seqlens_one_segment_is_the_plain_scan(reverse):
+    """One segment, from its initial state: the plain scan's values, last state and gradients."""
     args = make_args(2, 4, 3, 40, "step", "step", seed=22)
-    del args["initial_state"]
-    y, last = scan(**args, cu_seqlens=torch.tensor([0, 40]))
-    y_plain, last_plain = scan(**args)
+    plain = dict(args)
+    args["initial_state"] = args["initial_state"][:, :, None]
+    w_y, w_last = weights_for(args)
+    (y, last), grads = grads_of(lambda **a: scan(**a, cu_seqlens=torch.tensor([0, 40]), reverse=reverse), args,
+                                (w_y, w_last[:, :, None]))
+    (y_plain, last_plain), grads_plain = grads_of(lambda **a: scan(**a, reverse=reverse), plain, (w_y, w_last))
     torch.testing.assert_close(y, y_plain, rtol=0, atol=0)
-    torch.testing.assert_close(last, last_plain, rtol=0, atol=0)
+    torch.testing.assert_close(last[:, :, 0], last_plain, rtol=0, atol=0)
+    for name in args:
+        want = grads_plain[name][:, :, None] if name == "initial_state" else grads_plain[name]
+        torch.testing.assert_close(grads[name], want, rtol=1e-13, atol=1e-14)
 
 
 @pytest.mark.parametrize("change,message", [
-    (dict(initial_state=torch.zeros(2, 4, 3, dtype=torch.float64)), "cu_seqlens and initial_state exclude each other"),
+    (dict(initial_state=torch.zeros(2, 4, 3, dtype=torch.float64)),
+     r"initial_state of shape \(2, 4, 3\) must be \(batch=2, channels=4, segments=2, states=3\)"),
     (dict(cu_seqlens=torch.tensor([0, 5, 9])), r"cu_seqlens must start at 0 and end at u.shape\[2\] = 10"),
     (dict(cu_seqlens=torch.tensor([0, 6, 5, 10])), "cu_seqlens must be nondecreasing"),
     (dict(cu_seqlens=torch.tensor([0.0, 10.0])), "cu_seqlens has dtype torch.float32"),
@@ -719,6 +746,19 @@ def test_opcheck_with_cuts():
     torch.library.opcheck(bwd_op, (d_y, d_last) + fwd[:9] + (checkpoints,) + fwd[9:])
     with pytest.raises(RuntimeError, match="cuts and initial_state exclude each other"):
         fwd_op(*fwd[:8], torch.zeros(2, 4, 3, dtype=torch.float64), *fwd[9:])
+    # A state a segment: cu_seqlens beside the cuts, initial and last states (batch, dim, segments, N).
+    cu = torch.tensor([0, 7, 7, 130, 150])
+    segmented = fwd[:8] + (per_segment_states(args, 4, seed=29),) + fwd[9:] + (cu,)
+    torch.library.opcheck(fwd_op, segmented)
+    y, last, checkpoints = fwd_op(*segmented)
+    assert last.shape == (2, 4, 4, 3)
+    torch.testing.assert_close(last[:, :, 1], segmented[8][:, :, 1], rtol=0, atol=0)  # the empty segment's
+    d_last = torch.randn_like(last)
+    torch.library.opcheck(bwd_op, (torch.randn_like(y), d_last) + segmented[:9] + (checkpoints,) + segmented[9:])
+    with pytest.raises(RuntimeError, match=r"initial_state has shape \(2, 4, 3\); expected \(batch, dim, segments"):
+        fwd_op(*fwd[:8], torch.zeros(2, 4, 3, dtype=torch.float64), *fwd[9:], cu)
+    with pytest.raises(RuntimeError, match="cu_seqlens must run from 0 to 150"):
+        fwd_op(*segmented[:-1], torch.tensor([0, 7, 149]))
 
 
 @needs_cuda_kernels
@@ -737,21 +777,21 @@ def test_cu_seqlens_refused_where_cuda_is_forced(monkeypatch):
 @pytest.mark.parametrize("reverse", [False, True])
 def test_cu_seqlens_on_cuda(dtype, reverse):
     """selective_scan(cu_seqlens=...) on CUDA tensors (the Triton implementation) against the
-    float64 loop over each segment alone, on the same rounded arguments: y, the last state and
-    every gradient."""
+    float64 loop over each segment alone, on the same rounded arguments: y and every gradient.
+    A state a segment (initial_state, return_last_state) is refused there, naming them."""
     args = make_args(2, 8, 4, 300, "group", "channel", 2, seed=25)
     del args["initial_state"]
     cu = torch.tensor([0, 3, 3, 140, 260, 300])
     gpu = {k: v.detach().requires_grad_() for k, v in to_device(args, "cuda", dtype).items()}
-    y, last = scan(**gpu, cu_seqlens=cu.cuda(), reverse=reverse, delta_softplus=True)
+    y = linrec.selective_scan(**gpu, cu_seqlens=cu.cuda(), reverse=reverse, delta_softplus=True)
     leaves = {k: v.detach().cpu().double().requires_grad_() for k, v in gpu.items()}
-    y_ref, last_ref = packed_reference(leaves, cu.tolist(), reverse, delta_softplus=True)
+    y_ref, _ = packed_reference(leaves, cu.tolist(), reverse, delta_softplus=True)
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     compare("y", y, y_ref, tol)
-    compare("last_state", last, last_ref, tol)
-    w_y, w_last = weights_for(leaves)
-    grads = torch.autograd.grad((y.double() * w_y.cuda()).sum() + (last.double() * w_last.cuda()).sum(),
-                                list(gpu.values()))
-    grads_ref = torch.autograd.grad((y_ref * w_y).sum() + (last_ref * w_last).sum(), list(leaves.values()))
+    w_y, _ = weights_for(leaves)
+    grads = torch.autograd.grad((y.double() * w_y.cuda()).sum(), list(gpu.values()))
+    grads_ref = torch.autograd.grad((y_ref * w_y).sum(), list(leaves.values()))
     for name, got, want in zip(gpu, grads, grads_ref):
         compare(f"d{name}", got.double(), want, tol)
+    with pytest.raises(ValueError, match="cu_seqlens keeps a state a segment .* on CPU tensors only"):
+        scan(**gpu, cu_seqlens=cu.cuda())

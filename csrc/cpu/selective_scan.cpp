@@ -1,5 +1,6 @@
 // The fused selective scan's CPU kernels: each (batch, channel) walks its sequence in scan
-// order, all N states a step (the decay 0 at the cuts of packed sequences). Arithmetic is
+// order, all N states a step (the decay 0 at the cuts of packed sequences; with a state a
+// segment, the state entering a cut is the segment's own initial state). Arithmetic is
 // float64 for float64 storage, float32 otherwise.
 // The math is selective_params.h's; the forward saves the state entering steps 0, 128, ...
 // (the checkpoints), from which the backward rebuilds a span's states, last span first, and
@@ -59,10 +60,23 @@ struct Channel {
   Acc B(int64_t n, int64_t t) const { return bc(p.B, p.b_strides, p.b_per_step, n, t); }
   Acc C(int64_t n, int64_t t) const { return bc(p.C, p.c_strides, p.c_per_step, n, t); }
   Acc A(int64_t n) const { return static_cast<const Acc*>(p.A)[d * p.states + n]; }
-  // Whether step t begins a segment of a packed sequence: its decay reads as 0 there.
+  // Whether step t begins a segment of a packed sequence: its decay reads as 0 there, unless
+  // the segment has an initial state of its own.
   bool cut(int64_t t) const { return p.cuts && p.cuts[pos(t)]; }
-  // The decay exp(dt * A) of state n at a step (0 at a cut).
-  Acc decay(Acc dt, int64_t n, bool cut_here) const { return cut_here ? Acc(0) : std::exp(dt * A(n)); }
+  bool restarts(bool cut_here) const { return cut_here && !(p.segment_of && p.initial); }
+  // The decay exp(dt * A) of state n at a step (0 where the state restarts from 0).
+  Acc decay(Acc dt, int64_t n, bool cut_here) const { return restarts(cut_here) ? Acc(0) : std::exp(dt * A(n)); }
+  // A state a segment: step t's segment, whether t is its last step in scan order, and where
+  // a segment's state n is in initial / last_state.
+  int64_t segment(int64_t t) const { return p.segment_of[pos(t)]; }
+  bool ends_segment(int64_t t) const { return t + 1 == p.seq_len || cut(t + 1); }
+  int64_t segment_state_at(int64_t k, int64_t n) const { return ((b * p.dim + d) * p.segments + k) * p.states + n; }
+  // The state entering step t, where before[] is the state the previous step left: a segment's
+  // own initial state (or 0) at its cut.
+  Acc entering(const Acc* before, int64_t n, int64_t t, bool cut_here) const {
+    if (!(p.segment_of && cut_here)) return before[n];
+    return p.initial ? static_cast<const Acc*>(p.initial)[segment_state_at(segment(t), n)] : Acc(0);
+  }
   Acc D() const { return p.D ? static_cast<const Acc*>(p.D)[d] : Acc(0); }
   int64_t state_at(int64_t n) const { return (b * p.dim + d) * p.states + n; }
   int64_t checkpoint_at(int64_t k, int64_t n) const {
@@ -79,22 +93,27 @@ void fwd(const SelectiveParams& p) {
     std::vector<Acc> h(N);
     for (int64_t bd = begin; bd < end; ++bd) {
       const Channel<V, BC, Acc> ch(p, bd);
-      for (int64_t n = 0; n < N; ++n) h[n] = p.initial ? static_cast<const Acc*>(p.initial)[ch.state_at(n)] : Acc(0);
+      const bool per_segment = p.segment_of != nullptr;
+      for (int64_t n = 0; n < N; ++n)
+        h[n] = p.initial && !per_segment ? static_cast<const Acc*>(p.initial)[ch.state_at(n)] : Acc(0);
       for (int64_t t = 0; t < L; ++t) {
-        if (t % kCheckpointSteps == 0)  // the state entering step t
+        if (t % kCheckpointSteps == 0)  // the state the previous step left
           std::copy(h.begin(), h.end(), static_cast<Acc*>(p.checkpoints) + ch.checkpoint_at(t / kCheckpointSteps, 0));
         const Acc dt = ch.dt(ch.raw_dt(t)), u = ch.u(t);
         const bool cut = ch.cut(t);
         Acc y = 0;
         for (int64_t n = 0; n < N; ++n) {
-          h[n] = ch.decay(dt, n, cut) * h[n] + dt * u * ch.B(n, t);
+          h[n] = ch.decay(dt, n, cut) * ch.entering(h.data(), n, t, cut) + dt * u * ch.B(n, t);
           y += ch.C(n, t) * h[n];
         }
         y += ch.D() * u;
         if (p.z) y *= ch.z(t) * sigmoid(ch.z(t));
         static_cast<V*>(p.y)[bd * L + ch.pos(t)] = static_cast<V>(y);
+        if (per_segment && ch.ends_segment(t))
+          std::copy(h.begin(), h.end(), static_cast<Acc*>(p.last_state) + ch.segment_state_at(ch.segment(t), 0));
       }
-      for (int64_t n = 0; n < N; ++n) static_cast<Acc*>(p.last_state)[ch.state_at(n)] = h[n];
+      if (!per_segment)
+        for (int64_t n = 0; n < N; ++n) static_cast<Acc*>(p.last_state)[ch.state_at(n)] = h[n];
     }
   });
 }
@@ -138,8 +157,15 @@ void bwd(const SelectiveGradParams& p) {
       for (int64_t d = g * channels_per_group; d < (g + 1) * channels_per_group; ++d) {
         const int64_t bd = b * p.dim + d;
         const Channel<V, BC, Acc> ch(p, bd);
-        for (int64_t n = 0; n < N; ++n)
-          dh_carry[n] = p.d_last_state ? static_cast<const Acc*>(p.d_last_state)[ch.state_at(n)] : Acc(0);
+        const bool per_segment = p.segment_of != nullptr;
+        // The gradient of the state step t leaves, coming from outside the scan: d_last_state
+        // (at the last step; with a state a segment, at each segment's last step).
+        const auto d_leaving = [&](int64_t t, int64_t n) {
+          if (!p.d_last_state) return Acc(0);
+          return static_cast<const Acc*>(p.d_last_state)[per_segment ? ch.segment_state_at(ch.segment(t), n)
+                                                                      : ch.state_at(n)];
+        };
+        for (int64_t n = 0; n < N; ++n) dh_carry[n] = d_leaving(L - 1, n);
         const Acc Dd = ch.D();
         for (int64_t span = num_checkpoints(L) - 1; span >= 0; --span) {
           const int64_t t0 = span * kCheckpointSteps, t1 = std::min(L, t0 + kCheckpointSteps);
@@ -148,22 +174,26 @@ void bwd(const SelectiveGradParams& p) {
             const Acc dt = ch.dt(ch.raw_dt(t)), u = ch.u(t);
             const bool cut = ch.cut(t);
             Acc* h = &before[(t - t0) * N];
-            for (int64_t n = 0; n < N; ++n) h[N + n] = ch.decay(dt, n, cut) * h[n] + dt * u * ch.B(n, t);
+            for (int64_t n = 0; n < N; ++n)
+              h[N + n] = ch.decay(dt, n, cut) * ch.entering(h, n, t, cut) + dt * u * ch.B(n, t);
           }
           for (int64_t t = t1 - 1; t >= t0; --t) {
             const Acc raw = ch.raw_dt(t), dt = ch.dt(raw), u = ch.u(t);
             const Acc dy = ch.value(p.d_y, p.d_y_strides, t);
             const Acc sz = p.z ? sigmoid(ch.z(t)) : Acc(1);
             const Acc g_pre = p.z ? dy * ch.z(t) * sz : dy;  // the gradient of y before the gate
-            const Acc* h_prev = &before[(t - t0) * N];
-            const bool cut = ch.cut(t);  // a = 0: no gradient through it, none carried past it
+            const Acc* before_t = &before[(t - t0) * N];
+            // At a cut, a = 0 (no gradient through it) or, with a state a segment, the state
+            // entering is the segment's own; either way none is carried past it.
+            const bool cut = ch.cut(t);
             Acc d_dt = 0, d_u = Dd * g_pre, y_pre = Dd * u;
             for (int64_t n = 0; n < N; ++n) {
               const Acc A = ch.A(n), a = ch.decay(dt, n, cut), Bn = ch.B(n, t), Cn = ch.C(n, t);
-              const Acc h = a * h_prev[n] + dt * u * Bn;
+              const Acc h_prev = ch.entering(before_t, n, t, cut);
+              const Acc h = a * h_prev + dt * u * Bn;
               y_pre += Cn * h;
               const Acc dh = Cn * g_pre + dh_carry[n];
-              const Acc dB = dh * dt * u, dC = g_pre * h, w = dh * h_prev[n] * a;
+              const Acc dB = dh * dt * u, dC = g_pre * h, w = dh * h_prev * a;
               d_dt += dh * Bn * u + w * A;
               d_u += dh * dt * Bn;
               sums.dA[d * N + n] += w * dt;
@@ -180,9 +210,16 @@ void bwd(const SelectiveGradParams& p) {
             if (p.z) static_cast<V*>(p.d_z)[out] = static_cast<V>(dy * y_pre * sz * (Acc(1) + ch.z(t) * (Acc(1) - sz)));
             sums.dD[d] += g_pre * u;
             sums.dbias[d] += d_delta;
+            if (per_segment && cut) {  // dh_carry is the segment's d_initial; the step before ends another
+              std::copy(dh_carry.begin(), dh_carry.end(),
+                        static_cast<Acc*>(p.d_initial) + ch.segment_state_at(ch.segment(t), 0));
+              if (t > 0)
+                for (int64_t n = 0; n < N; ++n) dh_carry[n] = d_leaving(t - 1, n);
+            }
           }
         }
-        for (int64_t n = 0; n < N; ++n) static_cast<Acc*>(p.d_initial)[ch.state_at(n)] = dh_carry[n];
+        if (!per_segment)
+          for (int64_t n = 0; n < N; ++n) static_cast<Acc*>(p.d_initial)[ch.state_at(n)] = dh_carry[n];
       }
     }
     const std::lock_guard<std::mutex> lock(sums_lock);

@@ -65,22 +65,23 @@ STABLE_TORCH_LIBRARY(linrec, m) {
   // or delta_bias with 0 elements, d_B and d_C in the float type (float32, float64 for float64 u).
   // reverse as linrec_fwd's. steps_per_thread, warps: the CUDA kernels' SelectiveConfig, (0, 0)
   // for the automatic choice; the CPU kernel checks and ignores them. cuts: packed sequences, as
-  // linrec_fwd's, with no initial_state (each segment starts from 0); the CPU kernels take them.
+  // linrec_fwd's, each segment starting from 0; with cu_seqlens (int64 [0, ..., L]) too, a state
+  // a segment: initial_state and last_state (batch, dim, segments, N). The CPU kernels take them.
   m.def(
       "selective_scan_fwd(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
       "Tensor? delta_bias, Tensor? initial_state, bool delta_softplus, int reverse, "
-      "int steps_per_thread, int warps, Tensor? cuts=None) -> (Tensor, Tensor, Tensor)");
+      "int steps_per_thread, int warps, Tensor? cuts=None, Tensor? cu_seqlens=None) -> (Tensor, Tensor, Tensor)");
   // selective_scan_fwd without an autograd registration, for linrec.selective_scan's own
   // autograd.Function, as _linrec_fwd is for linrec_fwd.
   m.def(
       "_selective_scan_fwd(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
       "Tensor? delta_bias, Tensor? initial_state, bool delta_softplus, int reverse, "
-      "int steps_per_thread, int warps, Tensor? cuts=None) -> (Tensor, Tensor, Tensor)");
+      "int steps_per_thread, int warps, Tensor? cuts=None, Tensor? cu_seqlens=None) -> (Tensor, Tensor, Tensor)");
   m.def(
       "selective_scan_bwd(Tensor d_y, Tensor? d_last_state, Tensor u, Tensor delta, Tensor A, Tensor B, "
       "Tensor C, Tensor? D, Tensor? z, Tensor? delta_bias, Tensor? initial_state, Tensor checkpoints, "
-      "bool delta_softplus, int reverse, int steps_per_thread, int warps, Tensor? cuts=None) "
-      "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
+      "bool delta_softplus, int reverse, int steps_per_thread, int warps, Tensor? cuts=None, "
+      "Tensor? cu_seqlens=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(linrec, CPU, m) {

@@ -5,6 +5,7 @@
 // strides, any strides; the small float tensors (A, D, delta_bias, the states, checkpoints)
 // are read contiguous, copied where they are not.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <sstream>
@@ -84,7 +85,35 @@ struct SelectiveInputs {
   BCArg b, c;
   SelectiveStorage storage;
   std::vector<Tensor> copies;  // contiguous copies that p points into, kept alive with the call
+  std::vector<int64_t> state_shape;  // (batch, dim, N), or (batch, dim, segments, N) with cu_seqlens
+  std::vector<int64_t> segment_of;   // with cu_seqlens on the CPU: each position's segment
 };
+
+// cu_seqlens of packed sequences with a state each: 1-D int64 [0, e1, ..., L] on u's device
+// (linrec.selective_scan converts it), with cuts. Returns the number of segments; on the CPU
+// also each position's segment, into `segment_of` (the values checked: the kernels index by them).
+inline int64_t check_cu_seqlens(const std::optional<Tensor>& cu_seqlens, const std::optional<Tensor>& cuts,
+                                const Tensor& u, std::vector<int64_t>& segment_of) {
+  if (!cu_seqlens) return 0;
+  const Tensor& cu = *cu_seqlens;
+  STD_TORCH_CHECK(cuts.has_value(), "linrec: cu_seqlens comes with cuts");
+  STD_TORCH_CHECK(cu.scalar_type() == ScalarType::Long && cu.dim() == 1 && cu.size(0) >= 2,
+                  "linrec: cu_seqlens must be a 1-D int64 tensor of at least 2 elements");
+  STD_TORCH_CHECK(cu.device() == u.device(), "linrec: cu_seqlens is on a different device than u");
+  const int64_t segments = cu.size(0) - 1, length = u.size(2);
+  if (u.device().is_cpu()) {
+    const Tensor dense = torch::stable::contiguous(cu);
+    const int64_t* bounds = static_cast<const int64_t*>(dense.const_data_ptr());
+    STD_TORCH_CHECK(bounds[0] == 0 && bounds[segments] == length, "linrec: cu_seqlens must run from 0 to ", length,
+                    " (u.shape[2])");
+    segment_of.resize(length);
+    for (int64_t k = 0; k < segments; ++k) {
+      STD_TORCH_CHECK(bounds[k] <= bounds[k + 1], "linrec: cu_seqlens must not decrease");
+      std::fill(segment_of.begin() + bounds[k], segment_of.begin() + bounds[k + 1], k);
+    }
+  }
+  return segments;
+}
 
 // Checks the forward's arguments and fills p's sizes, flags and input pointers.
 inline SelectiveInputs check_selective_inputs(SelectiveParams& p, const Tensor& u, const Tensor& delta, const Tensor& A,
@@ -92,7 +121,8 @@ inline SelectiveInputs check_selective_inputs(SelectiveParams& p, const Tensor& 
                                               const std::optional<Tensor>& z,
                                               const std::optional<Tensor>& delta_bias,
                                               const std::optional<Tensor>& initial_state, bool delta_softplus,
-                                              bool reverse, const std::optional<Tensor>& cuts) {
+                                              bool reverse, const std::optional<Tensor>& cuts,
+                                              const std::optional<Tensor>& cu_seqlens) {
   check_defined(u, "u");
   STD_TORCH_CHECK(u.dim() == 3, "linrec: u has shape ", shape_text(u), "; expected (batch, dim, L)");
   SelectiveInputs in;
@@ -114,7 +144,12 @@ inline SelectiveInputs check_selective_inputs(SelectiveParams& p, const Tensor& 
   check_arg(A, "A", u, in.acc, {dim, states}, "(dim, N)");
   if (D) check_arg(*D, "D", u, in.acc, {dim}, "(dim,)");
   if (delta_bias) check_arg(*delta_bias, "delta_bias", u, in.acc, {dim}, "(dim,)");
-  if (initial_state) check_arg(*initial_state, "initial_state", u, in.acc, {batch, dim, states}, "(batch, dim, N)");
+  std::vector<int64_t> segment_of;
+  const int64_t segments = check_cu_seqlens(cu_seqlens, cuts, u, segment_of);
+  in.state_shape = cu_seqlens ? std::vector<int64_t>{batch, dim, segments, states} : std::vector<int64_t>{batch, dim, states};
+  if (initial_state)
+    check_arg(*initial_state, "initial_state", u, in.acc, in.state_shape,
+              cu_seqlens ? "(batch, dim, segments, N)" : "(batch, dim, N)");
   in.b = check_bc(B, "B", u, in.acc, states);
   in.c = check_bc(C, "C", u, in.acc, states);
   if (in.b.per_step && in.c.per_step) {
@@ -154,8 +189,11 @@ inline SelectiveInputs check_selective_inputs(SelectiveParams& p, const Tensor& 
   if (delta_bias) p.delta_bias = contiguous(*delta_bias);
   if (initial_state) p.initial = contiguous(*initial_state);
   p.cuts = cuts_of(cuts, u, "u", 2, false);
-  STD_TORCH_CHECK(!cuts || !initial_state, "linrec: cuts and initial_state exclude each other (each segment of a "
-                                           "packed sequence starts from a zero state)");
+  STD_TORCH_CHECK(!cuts || !initial_state || cu_seqlens, "linrec: cuts and initial_state exclude each other "
+                                                         "unless cu_seqlens gives a state a segment");
+  p.segments = segments;
+  in.segment_of = std::move(segment_of);  // moving the inputs keeps its buffer, which p points into
+  if (!in.segment_of.empty()) p.segment_of = in.segment_of.data();
   return in;
 }
 
@@ -174,21 +212,24 @@ inline SelectiveFwdCall prepare_selective_fwd(const Tensor& u, const Tensor& del
                                               const std::optional<Tensor>& z,
                                               const std::optional<Tensor>& delta_bias,
                                               const std::optional<Tensor>& initial_state, bool delta_softplus,
-                                              bool reverse, const std::optional<Tensor>& cuts) {
+                                              bool reverse, const std::optional<Tensor>& cuts,
+                                              const std::optional<Tensor>& cu_seqlens) {
   SelectiveFwdCall call;
   SelectiveParams& p = call.p;
-  call.inputs =
-      check_selective_inputs(p, u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse, cuts);
+  call.inputs = check_selective_inputs(p, u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse,
+                                       cuts, cu_seqlens);
   const ScalarType acc = call.inputs.acc;
   call.y = new_row_major(u, {p.batch, p.dim, p.seq_len});
-  call.last_state = new_row_major(u, {p.batch, p.dim, p.states}, acc);
+  call.last_state = new_row_major(u, call.inputs.state_shape, acc);
   call.checkpoints = new_row_major(u, {p.batch, p.dim, num_checkpoints(p.seq_len), p.states}, acc);
   call.empty = p.batch * p.dim == 0 || p.seq_len == 0;
-  if (call.empty) {  // no step: the state passes through
+  // No step, or a state a segment: the state passes through (an empty segment keeps it; the
+  // kernels write the others').
+  if (call.empty || cu_seqlens) {
     if (initial_state) torch::stable::copy_(call.last_state, *initial_state);
     else torch::stable::zero_(call.last_state);
-    return call;
   }
+  if (call.empty) return call;
   p.y = call.y.mutable_data_ptr();
   p.last_state = call.last_state.mutable_data_ptr();
   p.checkpoints = call.checkpoints.mutable_data_ptr();
@@ -214,15 +255,18 @@ inline SelectiveBwdCall prepare_selective_bwd(const Tensor& d_y, const std::opti
                                               const std::optional<Tensor>& z,
                                               const std::optional<Tensor>& delta_bias,
                                               const std::optional<Tensor>& initial_state, const Tensor& checkpoints,
-                                              bool delta_softplus, bool reverse, const std::optional<Tensor>& cuts) {
+                                              bool delta_softplus, bool reverse, const std::optional<Tensor>& cuts,
+                                              const std::optional<Tensor>& cu_seqlens) {
   SelectiveBwdCall call;
   SelectiveGradParams& p = call.p;
-  call.inputs =
-      check_selective_inputs(p, u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse, cuts);
+  call.inputs = check_selective_inputs(p, u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse,
+                                       cuts, cu_seqlens);
   const ScalarType values = call.inputs.values, acc = call.inputs.acc;
   const int64_t batch = p.batch, dim = p.dim, states = p.states, length = p.seq_len;
   check_arg(d_y, "d_y", u, values, {batch, dim, length}, "u's shape (batch, dim, L)");
-  if (d_last_state) check_arg(*d_last_state, "d_last_state", u, acc, {batch, dim, states}, "(batch, dim, N)");
+  if (d_last_state)
+    check_arg(*d_last_state, "d_last_state", u, acc, call.inputs.state_shape,
+              cu_seqlens ? "(batch, dim, segments, N)" : "(batch, dim, N)");
   check_arg(checkpoints, "checkpoints", u, acc, {batch, dim, num_checkpoints(length), states},
             "(batch, dim, ceil(L / 128), N), as the forward returns it");
 
@@ -239,13 +283,14 @@ inline SelectiveBwdCall prepare_selective_bwd(const Tensor& d_y, const std::opti
   call.d_C = bc_grad(call.inputs.c);
   call.d_D = D ? new_zeros_row_major(u, {dim}, acc) : empty_grad(acc);
   call.d_delta_bias = delta_bias ? new_zeros_row_major(u, {dim}, acc) : empty_grad(acc);
-  call.d_initial = new_row_major(u, {batch, dim, states}, acc);
+  call.d_initial = new_row_major(u, call.inputs.state_shape, acc);
   call.empty = batch * dim == 0 || length == 0;
-  if (call.empty) {  // no step: the state's gradient passes through
+  // No step, or a state a segment: the state's gradient passes through (an empty segment's).
+  if (call.empty || cu_seqlens) {
     if (d_last_state) torch::stable::copy_(call.d_initial, *d_last_state);
     else torch::stable::zero_(call.d_initial);
-    return call;
   }
+  if (call.empty) return call;
   p.d_y = d_y.const_data_ptr(), p.d_y_strides = strides3(d_y);
   p.checkpoints = call.inputs.copies.emplace_back(torch::stable::contiguous(checkpoints)).mutable_data_ptr();
   if (d_last_state)
@@ -271,10 +316,11 @@ std::tuple<Tensor, Tensor, Tensor> selective_scan_fwd_op(Tensor u, Tensor delta,
                                                          std::optional<Tensor> delta_bias,
                                                          std::optional<Tensor> initial_state, bool delta_softplus,
                                                          int64_t reverse, int64_t steps_per_thread, int64_t warps,
-                                                         std::optional<Tensor> cuts) {
+                                                         std::optional<Tensor> cuts,
+                                                         std::optional<Tensor> cu_seqlens) {
   check_selective_args(reverse, steps_per_thread, warps);
-  SelectiveFwdCall call =
-      prepare_selective_fwd(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse != 0, cuts);
+  SelectiveFwdCall call = prepare_selective_fwd(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus,
+                                                reverse != 0, cuts, cu_seqlens);
   Kernels::fwd(call, steps_per_thread, warps);
   return call.outputs();
 }
@@ -284,10 +330,10 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tenso
     Tensor d_y, std::optional<Tensor> d_last_state, Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C,
     std::optional<Tensor> D, std::optional<Tensor> z, std::optional<Tensor> delta_bias,
     std::optional<Tensor> initial_state, Tensor checkpoints, bool delta_softplus, int64_t reverse,
-    int64_t steps_per_thread, int64_t warps, std::optional<Tensor> cuts) {
+    int64_t steps_per_thread, int64_t warps, std::optional<Tensor> cuts, std::optional<Tensor> cu_seqlens) {
   check_selective_args(reverse, steps_per_thread, warps);
   SelectiveBwdCall call = prepare_selective_bwd(d_y, d_last_state, u, delta, A, B, C, D, z, delta_bias, initial_state,
-                                                checkpoints, delta_softplus, reverse != 0, cuts);
+                                                checkpoints, delta_softplus, reverse != 0, cuts, cu_seqlens);
   Kernels::bwd(call, steps_per_thread, warps);
   return call.grads();
 }

@@ -98,21 +98,24 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
         z: optional (batch, channels, length) gate: the output is multiplied by silu(z).
         delta_bias: optional (channels,) added to delta.
         delta_softplus: apply softplus to delta (after the bias).
-        return_last_state: also return the state after the last step.
+        return_last_state: also return the state after the last step (with cu_seqlens, each
+            segment's).
         initial_state: optional (batch, channels, states) state before the first step (zeros
-            when None): with the last state, a long sequence runs as consecutive calls.
+            when None): with the last state, a long sequence runs as consecutive calls. With
+            cu_seqlens, (batch, channels, segments, states): each segment's own.
         reverse: scan from the last step to the first.
         cu_seqlens: packed sequences of different lengths along the length dim: a 1-D int32 /
             int64 tensor [0, e1, ..., length] on u's device; segment k is steps cu_seqlens[k] ..
-            cu_seqlens[k+1]-1, scanned on its own from a zero state (the decay is 0 at its first
-            step in scan order), in reverse too. Excludes initial_state; the last state is the
-            state after the last step in scan order, that of the last segment (the first with
-            reverse). Runs on the CPU kernel, and in Triton on CUDA tensors (the compiled CUDA
-            kernels take no cuts yet). Its values are checked on CPU tensors only.
+            cu_seqlens[k+1]-1, scanned on its own (in reverse too) from initial_state[:, :, k]
+            (or zero), and its last state is the one its last step in scan order leaves (an empty
+            segment's is its initial state). Runs on the CPU kernel, and in Triton on CUDA
+            tensors (the compiled CUDA kernels take no cuts yet), where each segment starts from
+            zero and no last state is returned yet. Its values are checked on CPU tensors only.
 
     Returns:
         y, (batch, channels, length) in u's dtype; with return_last_state, (y, last_state),
-        last_state (batch, channels, states) in float32 (float64 for float64 u). The scan
+        last_state (batch, channels, states), or (batch, channels, segments, states) with
+        cu_seqlens, in float32 (float64 for float64 u). The scan
         computes in that float type too. Differentiable (first order) in every tensor argument,
         initial_state included; gradients come in each argument's dtype and shape. On the
         compiled kernels (CPU and CUDA) also under torch.func.grad and torch.func.vjp.
@@ -147,8 +150,9 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
         raise ValueError(f"linrec: A has {states} states; the selective scan takes at most {MAX_STATES}")
     _check_shape("D", D, (channels,), "(channels={0[0]},)")
     _check_shape("delta_bias", delta_bias, (channels,), "(channels={0[0]},)")
-    _check_shape("initial_state", initial_state, (batch, channels, states),
-                 "(batch={0[0]}, channels={0[1]}, states={0[2]})")
+    if cu_seqlens is None:
+        _check_shape("initial_state", initial_state, (batch, channels, states),
+                     "(batch={0[0]}, channels={0[1]}, states={0[2]})")
     B = _bc_form("B", B, batch, channels, states, length)
     C = _bc_form("C", C, batch, channels, states, length)
     per_step = [t for t in (B, C) if t.dim() == 4]
@@ -169,10 +173,12 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
     cuts = None
     if cu_seqlens is not None:
         check_cu_seqlens(cu_seqlens, u, 2, "u")
-        if initial_state is not None:
-            raise ValueError("linrec: cu_seqlens and initial_state exclude each other: each segment of a packed "
-                             "sequence starts from a zero state")
+        segments = cu_seqlens.shape[0] - 1
+        _check_shape("initial_state", initial_state, (batch, channels, segments, states),
+                     "(batch={0[0]}, channels={0[1]}, segments={0[2]}, states={0[3]}): a state a segment of "
+                     "cu_seqlens")
         cuts = cut_flags(cu_seqlens, length, reverse, u_device)[0]
+        cu_seqlens = _cast(cu_seqlens, torch.int64)
 
     tensors = (u, delta, A, B, C, D, z, delta_bias, initial_state)
     index = u_device.index if u_device.index is not None else (torch.cuda.current_device() if u.is_cuda else 0)
@@ -184,11 +190,15 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
         if cuts is not None and importlib.util.find_spec("triton") is None:
             raise ValueError("linrec: selective_scan with cu_seqlens on CUDA tensors runs the Triton implementation "
                              "(the compiled CUDA kernels take no packed sequences yet), and Triton is not installed")
+        if cuts is not None and (initial_state is not None or return_last_state):
+            raise ValueError("linrec: selective_scan with cu_seqlens keeps a state a segment (initial_state, "
+                             "return_last_state) on CPU tensors only for now; on CUDA tensors each segment starts "
+                             "from zero and no last state is returned")
         y, last_state, _ = triton_fwd_op(*tensors, delta_softplus, reverse, cuts)
     else:
         config = (delta_softplus, reverse, 0, 0)  # steps_per_thread, warps: the automatic config
         if cuts is not None:
-            config += (cuts,)
+            config += (cuts, cu_seqlens)
         if torch._C._are_functorch_transforms_active():
             y, last_state, _ = SelectiveScanTransformable.apply(*tensors, config)
         elif torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):

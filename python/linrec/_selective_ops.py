@@ -22,7 +22,7 @@ fwd_op_no_autograd = torch.ops.linrec._selective_scan_fwd  # for SelectiveScanFu
 bwd_op = torch.ops.linrec.selective_scan_bwd
 
 
-def _check_fake_args(named_tensors, reverse, steps_per_thread, warps, cuts):
+def _check_fake_args(named_tensors, reverse, steps_per_thread, warps, cuts, cu_seqlens=None):
     """Checks of csrc/ops/selective_args.h that need no data, in the fake kernels: torch.compile
     traces these, and the dispatcher sends here any call with a meta tensor among its arguments,
     where a CPU tensor beside it must not come back as an uninitialised result."""
@@ -41,9 +41,22 @@ def _check_fake_args(named_tensors, reverse, steps_per_thread, warps, cuts):
                                "(u.shape[dim])")
         if cuts.device != u.device:
             raise RuntimeError("linrec: cuts is on a different device than u")
-        if dict(named_tensors).get("initial_state") is not None:
-            raise RuntimeError("linrec: cuts and initial_state exclude each other (each segment of a packed "
-                               "sequence starts from a zero state)")
+        if dict(named_tensors).get("initial_state") is not None and cu_seqlens is None:
+            raise RuntimeError("linrec: cuts and initial_state exclude each other unless cu_seqlens gives a state "
+                               "a segment")
+    if cu_seqlens is not None:
+        if cuts is None or cu_seqlens.dtype != torch.int64 or cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 2:
+            raise RuntimeError("linrec: cu_seqlens must be a 1-D int64 tensor of at least 2 elements, with cuts")
+        if cu_seqlens.device != u.device:
+            raise RuntimeError("linrec: cu_seqlens is on a different device than u")
+
+
+def _state_shape(u, A, cu_seqlens):
+    """last_state's (and initial_state's) shape: (batch, dim, N), or a state a segment."""
+    batch, dim, _ = u.shape
+    if cu_seqlens is None:
+        return (batch, dim, A.shape[1])
+    return (batch, dim, cu_seqlens.shape[0] - 1, A.shape[1])
 
 
 def _acc_dtype(u):
@@ -55,23 +68,23 @@ def _named(names, tensors):
 
 
 def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse, steps_per_thread=0,
-              warps=0, cuts=None):
+              warps=0, cuts=None, cu_seqlens=None):
     _check_fake_args(_named("u delta A B C D z delta_bias initial_state",
                             (u, delta, A, B, C, D, z, delta_bias, initial_state)), reverse, steps_per_thread, warps,
-                     cuts)
+                     cuts, cu_seqlens)
     batch, dim, length = u.shape
     states = A.shape[1]
     acc = _acc_dtype(u)
     checkpoints = (length + CHECKPOINT_STEPS - 1) // CHECKPOINT_STEPS
-    return (u.new_empty(batch, dim, length), u.new_empty(batch, dim, states, dtype=acc),
+    return (u.new_empty(batch, dim, length), u.new_empty(_state_shape(u, A, cu_seqlens), dtype=acc),
             u.new_empty(batch, dim, checkpoints, states, dtype=acc))
 
 
 def _bwd_fake(d_y, d_last_state, u, delta, A, B, C, D, z, delta_bias, initial_state, checkpoints, delta_softplus,
-              reverse, steps_per_thread=0, warps=0, cuts=None):
+              reverse, steps_per_thread=0, warps=0, cuts=None, cu_seqlens=None):
     _check_fake_args(_named("u d_y d_last_state delta A B C D z delta_bias initial_state checkpoints",
                             (u, d_y, d_last_state, delta, A, B, C, D, z, delta_bias, initial_state, checkpoints)),
-                     reverse, steps_per_thread, warps, cuts)
+                     reverse, steps_per_thread, warps, cuts, cu_seqlens)
     batch, dim, length = u.shape
     states = A.shape[1]
     acc = _acc_dtype(u)
@@ -83,7 +96,7 @@ def _bwd_fake(d_y, d_last_state, u, delta, A, B, C, D, z, delta_bias, initial_st
         return u.new_empty(shape if t is not None else (0,), dtype=dtype)
     return (u.new_empty(u.shape), u.new_empty(u.shape), u.new_empty(dim, states, dtype=acc), bc_grad(B), bc_grad(C),
             optional_grad(D, (dim,), acc), optional_grad(z, u.shape, u.dtype),
-            optional_grad(delta_bias, (dim,), acc), u.new_empty(batch, dim, states, dtype=acc))
+            optional_grad(delta_bias, (dim,), acc), u.new_empty(_state_shape(u, A, cu_seqlens), dtype=acc))
 
 
 torch.library.register_fake("linrec::selective_scan_fwd", _fwd_fake)
