@@ -682,6 +682,21 @@ def test_cu_seqlens_scans_each_segment(b_form, c_form, groups, initial, reverse)
                                    msg=lambda m, name=name: f"d{name}: {m}")
 
 
+@pytest.mark.parametrize("reverse", [False, True])
+def test_cu_seqlens_gradcheck(reverse):
+    """torch.autograd.gradcheck of a packed call with a state a segment (an empty segment among them),
+    in every tensor argument, against finite differences."""
+    args = make_args(1, 2, 2, 9, "step", "channel", seed=30)
+    args["initial_state"] = per_segment_states(args, 4, seed=31)
+    cu = torch.tensor([0, 4, 4, 5, 9])
+    names = list(args)
+
+    def call(*tensors):
+        return scan(**dict(zip(names, tensors)), cu_seqlens=cu, reverse=reverse, delta_softplus=True)
+
+    assert torch.autograd.gradcheck(call, tuple(v.detach().requires_grad_() for v in args.values()))
+
+
 def packed_weights(args, segments):
     """weights_for's, with one (batch, channels, states) weight a segment for the last states."""
     w_y, _ = weights_for(args)

@@ -115,10 +115,10 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
     Returns:
         y, (batch, channels, length) in u's dtype; with return_last_state, (y, last_state),
         last_state (batch, channels, states), or (batch, channels, segments, states) with
-        cu_seqlens, in float32 (float64 for float64 u). The scan
-        computes in that float type too. Differentiable (first order) in every tensor argument,
-        initial_state included; gradients come in each argument's dtype and shape. On the
-        compiled kernels (CPU and CUDA) also under torch.func.grad and torch.func.vjp.
+        cu_seqlens, in float32 (float64 for float64 u). The scan computes in that float type
+        too. Differentiable (first order) in every tensor argument, initial_state included;
+        gradients come in each argument's dtype and shape. On the compiled kernels (CPU and
+        CUDA) also under torch.func.grad and torch.func.vjp.
 
     Raises:
         ValueError: a wrong type, dtype, device or shape, naming the argument.
