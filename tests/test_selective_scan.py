@@ -792,21 +792,21 @@ def test_cu_seqlens_refused_where_cuda_is_forced(monkeypatch):
 @pytest.mark.parametrize("reverse", [False, True])
 def test_cu_seqlens_on_cuda(dtype, reverse):
     """selective_scan(cu_seqlens=...) on CUDA tensors (the Triton implementation) against the
-    float64 loop over each segment alone, on the same rounded arguments: y and every gradient.
-    A state a segment (initial_state, return_last_state) is refused there, naming them."""
+    float64 loop over each segment alone, on the same rounded arguments: y, each segment's last
+    state and every gradient, from each segment's initial state."""
     args = make_args(2, 8, 4, 300, "group", "channel", 2, seed=25)
-    del args["initial_state"]
     cu = torch.tensor([0, 3, 3, 140, 260, 300])
+    args["initial_state"] = per_segment_states(args, len(cu) - 1, seed=32)
     gpu = {k: v.detach().requires_grad_() for k, v in to_device(args, "cuda", dtype).items()}
-    y = linrec.selective_scan(**gpu, cu_seqlens=cu.cuda(), reverse=reverse, delta_softplus=True)
+    y, last = scan(**gpu, cu_seqlens=cu.cuda(), reverse=reverse, delta_softplus=True)
     leaves = {k: v.detach().cpu().double().requires_grad_() for k, v in gpu.items()}
-    y_ref, _ = packed_reference(leaves, cu.tolist(), reverse, delta_softplus=True)
+    y_ref, last_ref = packed_reference(leaves, cu.tolist(), reverse, delta_softplus=True)
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     compare("y", y, y_ref, tol)
-    w_y, _ = weights_for(leaves)
-    grads = torch.autograd.grad((y.double() * w_y.cuda()).sum(), list(gpu.values()))
-    grads_ref = torch.autograd.grad((y_ref * w_y).sum(), list(leaves.values()))
+    compare("last_state", last, last_ref, tol)
+    w_y, w_last = packed_weights(leaves, len(cu) - 1)
+    grads = torch.autograd.grad((y.double() * w_y.cuda()).sum() + (last.double() * w_last.cuda()).sum(),
+                                list(gpu.values()))
+    grads_ref = torch.autograd.grad((y_ref * w_y).sum() + (last_ref * w_last).sum(), list(leaves.values()))
     for name, got, want in zip(gpu, grads, grads_ref):
         compare(f"d{name}", got.double(), want, tol)
-    with pytest.raises(ValueError, match="cu_seqlens keeps a state a segment .* on CPU tensors only"):
-        scan(**gpu, cu_seqlens=cu.cuda())

@@ -190,6 +190,65 @@ def test_matches_reference(name):
     check(CASES[name])
 
 
+# -- A state a segment (cu_seqlens): each segment from its own initial state, its own last state
+
+def segment_reference(leaves, bounds, softplus, reverse):
+    """y and the last states (batch, dim, segments, N) from the reference loop over each segment
+    alone, from initial[:, :, k]."""
+    u, delta, A, B, C, D, z, delta_bias, initial = leaves
+    ys, lasts = [], []
+    for k, (start, end) in enumerate(zip(bounds[:-1], bounds[1:])):
+        def steps(t):
+            return t if t is None or t.dim() == 2 else t[..., start:end]
+        y, last, _ = reference(steps(u), steps(delta), A, steps(B), steps(C), D, steps(z), delta_bias,
+                               initial[:, :, k], softplus, reverse)
+        ys.append(y)
+        lasts.append(last)
+    return torch.cat(ys, -1), torch.stack(lasts, 2)
+
+
+SEGMENT_CASES = {
+    # Empty and one-step segments, ends at the 16-step chunk edges and across the checkpoint span.
+    "L150": (Case(dim=4, length=150, B=2, C="channel"), (0, 0, 1, 16, 17, 127, 129, 129, 150)),
+    "L150-reverse-no-initial": (Case(dim=4, length=150, reverse=True, B=1, C=2, initial_state=False),
+                                (0, 3, 16, 33, 128, 150)),
+    "L40-no-d-last": (Case(batch=1, dim=2, states=3, length=40, reverse=True, d_last_state=False), (0, 20, 40)),
+}
+
+
+@pytest.mark.parametrize("name", list(SEGMENT_CASES))
+def test_segments_match_reference(name):
+    """selective_scan_fwd / _bwd with cu_seqlens, against the reference loop over each segment alone:
+    y, the last states and every gradient, a segment's initial state's included."""
+    case, bounds = SEGMENT_CASES[name]
+    args, d_y, _ = make_inputs(case)
+    u, delta, A, B, C, D, z, delta_bias, _ = args
+    batch, dim, N, L, segments = case.batch, case.dim, case.states, case.length, len(bounds) - 1
+    acc = torch.float64 if case.dtype == torch.float64 else torch.float32
+    initial = torch.randn(batch, dim, segments, N, device=DEVICE).to(acc) if case.initial_state else None
+    d_last = torch.randn(batch, dim, segments, N, device=DEVICE).to(acc) if case.d_last_state else None
+    args = (*args[:8], initial)
+    cu = torch.tensor(bounds, device=DEVICE)
+    from linrec._segments import cut_flags
+    cuts = cut_flags(cu, L, case.reverse, DEVICE)[0]
+    y, last, checkpoints = selective.selective_scan_fwd(*args, case.softplus, int(case.reverse), cuts, cu)
+    grads = selective.selective_scan_bwd(d_y, d_last, *args, checkpoints, case.softplus, int(case.reverse), cuts, cu)
+
+    leaves = [t.detach().double().requires_grad_() if t is not None else None for t in args]
+    if leaves[8] is None:
+        leaves[8] = torch.zeros(batch, dim, segments, N, dtype=torch.float64, device=DEVICE)
+    y_ref, last_ref = segment_reference(leaves, bounds, case.softplus, case.reverse)
+    assert last.shape == (batch, dim, segments, N)
+    assert rel_error(y, y_ref) < TOL[case.dtype], "y"
+    assert rel_error(last, last_ref) < TOL[case.dtype], "last_state"
+    loss = (y_ref * d_y.double()).sum() + ((last_ref * d_last.double()).sum() if d_last is not None else 0)
+    wanted = [(name, leaf, grad) for name, leaf, grad in zip(GRAD_NAMES, leaves, grads) if leaf is not None
+              and leaf.requires_grad]
+    refs = torch.autograd.grad(loss, [leaf for _, leaf, _ in wanted])
+    for (name, _, grad), ref in zip(wanted, refs):
+        assert rel_error(grad, ref) < TOL[case.dtype], name
+
+
 def test_backward_from_reference_checkpoints():
     check(Case(batch=1, dim=2, states=2, length=300, reverse=True), checkpoints_from_reference=True)
 
@@ -208,8 +267,8 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from linrec.impl import triton_selective as impl
 VALUE_POINTERS = {"u_ptr", "delta_ptr", "z_ptr", "y_ptr", "d_y_ptr", "d_u_ptr", "d_delta_ptr", "d_z_ptr"}
-FLAGS = {"HAS_Z", "HAS_D", "HAS_BIAS", "HAS_INITIAL", "HAS_D_LAST", "HAS_CUTS", "B_PER_STEP", "C_PER_STEP",
-         "SOFTPLUS", "REVERSE"}
+FLAGS = {"HAS_Z", "HAS_D", "HAS_BIAS", "HAS_INITIAL", "HAS_D_LAST", "HAS_CUTS", "SEGMENTS", "ENTERING",
+         "B_PER_STEP", "C_PER_STEP", "SOFTPLUS", "REVERSE"}
 SIZES = {"BLOCK_D": 4, "N_PAD": 16, "CHUNK": 32, "CHECKPOINT": impl.CHECKPOINT_STEPS}
 for kernel in ("_selective_fwd_kernel", "_selective_bwd_kernel"):
     fn = getattr(impl, kernel)
@@ -219,6 +278,8 @@ for kernel in ("_selective_fwd_kernel", "_selective_bwd_kernel"):
         for i, name in enumerate(fn.arg_names):
             if name == "cuts_ptr":
                 signature[name] = "*u8"
+            elif name == "segments_ptr":
+                signature[name] = "*i64"
             elif name.endswith("_ptr"):
                 signature[name] = "*" + (dtype if name in VALUE_POINTERS else "fp32")
             elif name in FLAGS or name in SIZES:

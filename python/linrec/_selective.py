@@ -109,8 +109,8 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
             cu_seqlens[k+1]-1, scanned on its own (in reverse too) from initial_state[:, :, k]
             (or zero), and its last state is the one its last step in scan order leaves (an empty
             segment's is its initial state). Runs on the CPU kernel, and in Triton on CUDA
-            tensors (the compiled CUDA kernels take no cuts yet), where each segment starts from
-            zero and no last state is returned yet. Its values are checked on CPU tensors only.
+            tensors (the compiled CUDA kernels take no cuts yet). Its values are checked on CPU
+            tensors only.
 
     Returns:
         y, (batch, channels, length) in u's dtype; with return_last_state, (y, last_state),
@@ -190,11 +190,7 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
         if cuts is not None and importlib.util.find_spec("triton") is None:
             raise ValueError("linrec: selective_scan with cu_seqlens on CUDA tensors runs the Triton implementation "
                              "(the compiled CUDA kernels take no packed sequences yet), and Triton is not installed")
-        if cuts is not None and (initial_state is not None or return_last_state):
-            raise ValueError("linrec: selective_scan with cu_seqlens keeps a state a segment (initial_state, "
-                             "return_last_state) on CPU tensors only for now; on CUDA tensors each segment starts "
-                             "from zero and no last state is returned")
-        y, last_state, _ = triton_fwd_op(*tensors, delta_softplus, reverse, cuts)
+        y, last_state, _ = triton_fwd_op(*tensors, delta_softplus, reverse, cuts, cu_seqlens)
     else:
         config = (delta_softplus, reverse, 0, 0)  # steps_per_thread, warps: the automatic config
         if cuts is not None:

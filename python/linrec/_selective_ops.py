@@ -111,36 +111,40 @@ torch.library.register_fake("linrec::selective_scan_bwd", _bwd_fake)
 def triton_fwd_op(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
                   D: torch.Tensor | None, z: torch.Tensor | None, delta_bias: torch.Tensor | None,
                   initial_state: torch.Tensor | None, delta_softplus: bool, reverse: bool,
-                  cuts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                  cuts: torch.Tensor | None = None,
+                  cu_seqlens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     from .impl.triton_selective import selective_scan_fwd
 
-    return selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse, cuts)
+    return selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse, cuts,
+                              cu_seqlens)
 
 
 @torch.library.custom_op("linrec::_selective_scan_bwd_triton", mutates_args=())
 def triton_bwd_op(d_y: torch.Tensor, d_last_state: torch.Tensor | None, u: torch.Tensor, delta: torch.Tensor,
                   A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, D: torch.Tensor | None, z: torch.Tensor | None,
                   delta_bias: torch.Tensor | None, initial_state: torch.Tensor | None, checkpoints: torch.Tensor,
-                  delta_softplus: bool, reverse: bool,
-                  cuts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
-                                                             torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
-                                                             torch.Tensor]:
+                  delta_softplus: bool, reverse: bool, cuts: torch.Tensor | None = None,
+                  cu_seqlens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                                                   torch.Tensor, torch.Tensor, torch.Tensor,
+                                                                   torch.Tensor, torch.Tensor, torch.Tensor]:
     from .impl.triton_selective import selective_scan_bwd
 
     return selective_scan_bwd(d_y, d_last_state, u, delta, A, B, C, D, z, delta_bias, initial_state, checkpoints,
-                              delta_softplus, reverse, cuts)
+                              delta_softplus, reverse, cuts, cu_seqlens)
 
 
 @triton_fwd_op.register_fake
-def _triton_fwd_fake(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse, cuts=None):
-    return _fwd_fake(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse, 0, 0, cuts)
+def _triton_fwd_fake(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse, cuts=None,
+                     cu_seqlens=None):
+    return _fwd_fake(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, reverse, 0, 0, cuts,
+                     cu_seqlens)
 
 
 @triton_bwd_op.register_fake
 def _triton_bwd_fake(d_y, d_last_state, u, delta, A, B, C, D, z, delta_bias, initial_state, checkpoints,
-                     delta_softplus, reverse, cuts=None):
+                     delta_softplus, reverse, cuts=None, cu_seqlens=None):
     return _bwd_fake(d_y, d_last_state, u, delta, A, B, C, D, z, delta_bias, initial_state, checkpoints,
-                     delta_softplus, reverse, 0, 0, cuts)
+                     delta_softplus, reverse, 0, 0, cuts, cu_seqlens)
 
 
 # -- Autograd, for both pairs

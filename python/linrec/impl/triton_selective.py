@@ -9,7 +9,10 @@ channel d, state n and step t of the scan (position l = t, or L-1-t in reverse):
     y[l]    = (sum_n C[n, l] * h[t, n] + D[d] * u[l]) * silu(z[l])
 
 With cuts (packed sequences) a is 0 at each segment's first step in scan order: the state
-restarts there, and no gradient flows through a or into the state before it.
+restarts there, and no gradient flows through a or into the state before it. With a state a
+segment (cu_seqlens), a segment's own initial state h0 enters at that step through x (x + a h0,
+a then 0), each segment's last step in scan order stores its last state, and the backward adds
+that segment's d_last_state into dh there and stores a dh (its d_initial) at the cut.
 
 A chunk of CHUNK steps is one tl.associative_scan over the pairs (a, x): two steps compose as
 (a1, x1) then (a2, x2) = (a1 * a2, a2 * x1 + x2), so the scanned x is h with the state entering
@@ -155,15 +158,37 @@ def _load_cuts(cuts_ptr, pos, steps_ok, HAS_CUTS: tl.constexpr):
 
 
 @triton.jit
-def _scan_chunk(dt, dtu, A, B, state, cut, HAS_CUTS: tl.constexpr):
+def _scan_chunk(dt, dtu, A, B, state, cut, entering, HAS_CUTS: tl.constexpr, ENTERING: tl.constexpr):
     """The chunk's states h [BLOCK_D, N_PAD, CHUNK] from the state entering it, with a and x. At a
-    cut a is 0: the state restarts there, and no gradient flows through a or past it."""
+    cut a is 0: the state restarts there, and no gradient flows through a or past it; with
+    ENTERING, from the segment's own initial state (`entering` at the cut's column), which comes
+    in through the scanned x. x is returned without it: h - x is a h[t-1] at every step."""
     a = tl.exp(dt[:, None, :] * A[:, :, None])
+    x = dtu[:, None, :] * B
+    x_scanned = x
+    if ENTERING:
+        x_scanned = x + tl.where(cut[None, None, :], a * entering, 0.0)
     if HAS_CUTS:
         a = tl.where(cut[None, None, :], 0.0, a)
-    x = dtu[:, None, :] * B
-    cum_a, h = tl.associative_scan((a, x), axis=2, combine_fn=_combine)
+    cum_a, h = tl.associative_scan((a, x_scanned), axis=2, combine_fn=_combine)
     return a, x, h + cum_a * state[:, :, None]
+
+
+@triton.jit
+def _segment_steps(segments_ptr, cuts_ptr, chunk_start, pos, L, steps_ok, CHUNK: tl.constexpr,
+                   REVERSE: tl.constexpr):
+    """With a state a segment: each step's segment, and which steps are their segment's last in
+    scan order (the next step cuts, or there is none)."""
+    segment = tl.load(segments_ptr + pos, mask=steps_ok, other=0)
+    next_ok = chunk_start + tl.arange(0, CHUNK) + 1 < L
+    next_cuts = tl.load(cuts_ptr + (pos - 1 if REVERSE else pos + 1), mask=steps_ok & next_ok, other=0) != 0
+    return segment, steps_ok & (next_cuts | ~next_ok)
+
+
+@triton.jit
+def _segment_tile(ptr, segment_base, segment, mask, N):
+    """A [BLOCK_D, N_PAD, CHUNK] tile of a (batch, dim, segments, N) tensor: each step's segment's row."""
+    return tl.load(ptr + segment_base[:, :, None] + segment[None, None, :] * N, mask=mask, other=0.0)
 
 
 @triton.jit
@@ -187,20 +212,23 @@ def _program_channels(A_ptr, D_ptr, bias_ptr, dim, N, HAS_D: tl.constexpr, HAS_B
 
 @triton.jit
 def _selective_fwd_kernel(
-        u_ptr, delta_ptr, z_ptr, A_ptr, B_ptr, C_ptr, D_ptr, bias_ptr, initial_ptr, cuts_ptr,
+        u_ptr, delta_ptr, z_ptr, A_ptr, B_ptr, C_ptr, D_ptr, bias_ptr, initial_ptr, cuts_ptr, segments_ptr,
         y_ptr, last_ptr, checkpoints_ptr,
-        dim, N, L,
+        dim, N, L, num_segments,
         s_u_b, s_u_d, s_u_l, s_dt_b, s_dt_d, s_dt_l, s_z_b, s_z_d, s_z_l,
         s_B_b, s_B_g, s_B_n, s_B_l, B_channels_per_group,
         s_C_b, s_C_g, s_C_n, s_C_l, C_channels_per_group,
         HAS_Z: tl.constexpr, HAS_D: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_INITIAL: tl.constexpr,
-        HAS_CUTS: tl.constexpr,
+        HAS_CUTS: tl.constexpr, SEGMENTS: tl.constexpr, ENTERING: tl.constexpr,
         B_PER_STEP: tl.constexpr, C_PER_STEP: tl.constexpr, SOFTPLUS: tl.constexpr, REVERSE: tl.constexpr,
         BLOCK_D: tl.constexpr, N_PAD: tl.constexpr, CHUNK: tl.constexpr, CHECKPOINT: tl.constexpr):
+    # HAS_INITIAL: a (batch, dim, N) initial state. SEGMENTS: a state a segment, (batch, dim,
+    # segments, N) last states, and initial ones where ENTERING.
     acc = A_ptr.dtype.element_ty
     first_channel, batch, channels, states, channels_ok, states_ok, cs_ok, cs, A, D, bias = _program_channels(
         A_ptr, D_ptr, bias_ptr, dim, N, HAS_D, HAS_BIAS, BLOCK_D, N_PAD)
     states_at = (batch * dim) * N + cs  # (batch, channel, state) in (batch, dim, N) tensors
+    segment_base = ((batch * dim + channels[:, None]) * num_segments) * N + states[None, :]
     state = tl.zeros([BLOCK_D, N_PAD], acc)
     if HAS_INITIAL:
         state += tl.load(initial_ptr + states_at, mask=cs_ok, other=0.0)
@@ -227,7 +255,17 @@ def _selective_fwd_kernel(
         dt, _ = _step_sizes(_load_steps(delta_rows, pos, s_dt_l, tile_ok, acc), bias, steps_ok, SOFTPLUS)
         B = _load_bc(B_rows, B_rows_ok, pos, s_B_l, steps_ok, acc, B_PER_STEP)
         C = _load_bc(C_rows, C_rows_ok, pos, s_C_l, steps_ok, acc, C_PER_STEP)
-        _, _, h = _scan_chunk(dt, dt * u, A, B, state, _load_cuts(cuts_ptr, pos, steps_ok, HAS_CUTS), HAS_CUTS)
+        cut = _load_cuts(cuts_ptr, pos, steps_ok, HAS_CUTS)
+        segment, ends = pos, steps_ok
+        entering = tl.zeros([BLOCK_D, N_PAD, CHUNK], acc)
+        if SEGMENTS:
+            segment, ends = _segment_steps(segments_ptr, cuts_ptr, chunk_start, pos, L, steps_ok, CHUNK, REVERSE)
+            if ENTERING:
+                entering = _segment_tile(initial_ptr, segment_base, segment, cs_ok[:, :, None] & cut[None, None, :], N)
+        _, _, h = _scan_chunk(dt, dt * u, A, B, state, cut, entering, HAS_CUTS, ENTERING)
+        if SEGMENTS:  # each segment's last step leaves its last state
+            tl.store(last_ptr + segment_base[:, :, None] + segment[None, None, :] * N, h,
+                     mask=cs_ok[:, :, None] & ends[None, None, :])
         y = tl.sum(C * h, axis=1) + D[:, None] * u
         if HAS_Z:
             z = _load_steps(z_rows, pos, s_z_l, tile_ok, acc)
@@ -235,29 +273,33 @@ def _selective_fwd_kernel(
         tl.store(y_rows + pos[None, :], y.to(y_ptr.dtype.element_ty), mask=tile_ok)
         # Columns past the end pass the state through (a = 1, x = 0): the last column is h[L-1].
         state = _column(h, cols, CHUNK - 1)
-    tl.store(last_ptr + states_at, state, mask=cs_ok)
+    if not SEGMENTS:
+        tl.store(last_ptr + states_at, state, mask=cs_ok)
 
 
 @triton.jit
 def _selective_bwd_kernel(
         d_y_ptr, u_ptr, delta_ptr, z_ptr, A_ptr, B_ptr, C_ptr, D_ptr, bias_ptr, d_last_ptr, checkpoints_ptr,
-        cuts_ptr, scratch_ptr,
+        cuts_ptr, initial_ptr, segments_ptr, scratch_ptr,
         d_u_ptr, d_delta_ptr, d_z_ptr, d_A_ptr, d_B_ptr, d_C_ptr, d_D_ptr, d_bias_ptr, d_initial_ptr,
-        dim, N, L,
+        dim, N, L, num_segments,
         s_g_b, s_g_d, s_g_l, s_u_b, s_u_d, s_u_l, s_dt_b, s_dt_d, s_dt_l, s_z_b, s_z_d, s_z_l,
         s_B_b, s_B_g, s_B_n, s_B_l, B_channels_per_group, s_dB_b, s_dB_g, s_dB_n,
         s_C_b, s_C_g, s_C_n, s_C_l, C_channels_per_group, s_dC_b, s_dC_g, s_dC_n,
         HAS_Z: tl.constexpr, HAS_D: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_D_LAST: tl.constexpr,
-        HAS_CUTS: tl.constexpr, B_PER_STEP: tl.constexpr, C_PER_STEP: tl.constexpr, SOFTPLUS: tl.constexpr, REVERSE: tl.constexpr,
+        HAS_CUTS: tl.constexpr, SEGMENTS: tl.constexpr, ENTERING: tl.constexpr,
+        B_PER_STEP: tl.constexpr, C_PER_STEP: tl.constexpr, SOFTPLUS: tl.constexpr, REVERSE: tl.constexpr,
         BLOCK_D: tl.constexpr, N_PAD: tl.constexpr, CHUNK: tl.constexpr, CHECKPOINT: tl.constexpr):
+    # SEGMENTS, ENTERING as the forward's; d_last_state and d_initial then a state a segment.
     acc = A_ptr.dtype.element_ty
     first_channel, batch, channels, states, channels_ok, states_ok, cs_ok, cs, A, D, bias = _program_channels(
         A_ptr, D_ptr, bias_ptr, dim, N, HAS_D, HAS_BIAS, BLOCK_D, N_PAD)
     states_at = (batch * dim) * N + cs
+    segment_base = ((batch * dim + channels[:, None]) * num_segments) * N + states[None, :]
     # The gradient with respect to the state entering the chunk last walked back through; at first,
-    # with respect to h[L-1].
+    # with respect to h[L-1] (with a state a segment, d_last_state comes in at each segment's end).
     d_state = tl.zeros([BLOCK_D, N_PAD], acc)
-    if HAS_D_LAST:
+    if HAS_D_LAST and not SEGMENTS:
         d_state += tl.load(d_last_ptr + states_at, mask=cs_ok, other=0.0)
 
     d_y_rows = _channel_rows(d_y_ptr, batch, channels, s_g_b, s_g_d)
@@ -303,7 +345,12 @@ def _selective_bwd_kernel(
             u = _load_steps(u_rows, pos, s_u_l, tile_ok, acc)
             dt, _ = _step_sizes(_load_steps(delta_rows, pos, s_dt_l, tile_ok, acc), bias, steps_ok, SOFTPLUS)
             B = _load_bc(B_rows, B_rows_ok, pos, s_B_l, steps_ok, acc, B_PER_STEP)
-            _, _, h = _scan_chunk(dt, dt * u, A, B, state, _load_cuts(cuts_ptr, pos, steps_ok, HAS_CUTS), HAS_CUTS)
+            cut = _load_cuts(cuts_ptr, pos, steps_ok, HAS_CUTS)
+            entering = tl.zeros([BLOCK_D, N_PAD, CHUNK], acc)
+            if ENTERING:
+                segment = tl.load(segments_ptr + pos, mask=steps_ok, other=0)
+                entering = _segment_tile(initial_ptr, segment_base, segment, cs_ok[:, :, None] & cut[None, None, :], N)
+            _, _, h = _scan_chunk(dt, dt * u, A, B, state, cut, entering, HAS_CUTS, ENTERING)
             state = _column(h, cols, CHUNK - 1)
             tl.store(scratch_rows + (chunk + 1) * BLOCK_D * N_PAD, state)
         tl.debug_barrier()  # the scratch is written before any thread reads it
@@ -320,7 +367,20 @@ def _selective_bwd_kernel(
             dtu = dt * u
             B = _load_bc(B_rows, B_rows_ok, pos, s_B_l, steps_ok, acc, B_PER_STEP)
             C = _load_bc(C_rows, C_rows_ok, pos, s_C_l, steps_ok, acc, C_PER_STEP)
-            a, x, h = _scan_chunk(dt, dtu, A, B, state, _load_cuts(cuts_ptr, pos, steps_ok, HAS_CUTS), HAS_CUTS)
+            cut = _load_cuts(cuts_ptr, pos, steps_ok, HAS_CUTS)
+            segment, ends = pos, steps_ok
+            entering = tl.zeros([BLOCK_D, N_PAD, CHUNK], acc)
+            d_leaving = tl.zeros([BLOCK_D, N_PAD, CHUNK], acc)  # d_last_state at each segment's end
+            if SEGMENTS:
+                segment, ends = _segment_steps(segments_ptr, cuts_ptr, span_start + chunk * CHUNK, pos, L, steps_ok,
+                                               CHUNK, REVERSE)
+                if ENTERING:
+                    entering = _segment_tile(initial_ptr, segment_base, segment,
+                                             cs_ok[:, :, None] & cut[None, None, :], N)
+                if HAS_D_LAST:
+                    d_leaving = _segment_tile(d_last_ptr, segment_base, segment,
+                                              cs_ok[:, :, None] & ends[None, None, :], N)
+            a, x, h = _scan_chunk(dt, dtu, A, B, state, cut, entering, HAS_CUTS, ENTERING)
 
             if HAS_Z:
                 z = _load_steps(z_rows, pos, s_z_l, tile_ok, acc)
@@ -332,10 +392,16 @@ def _selective_bwd_kernel(
             else:
                 g = d_y
 
-            cum_a, dh = tl.associative_scan((_next_step(a, cols, CHUNK), C * g[:, None, :]), axis=2,
+            cum_a, dh = tl.associative_scan((_next_step(a, cols, CHUNK), C * g[:, None, :] + d_leaving), axis=2,
                                             combine_fn=_combine, reverse=True)
             dh = dh + cum_a * d_state[:, :, None]
             d_state = _column(a * dh, cols, 0)
+            if SEGMENTS:  # a segment's d_initial: a dh at its cut (0 where it starts from 0)
+                d_entering = tl.zeros([BLOCK_D, N_PAD, CHUNK], acc)
+                if ENTERING:
+                    d_entering = tl.exp(dt[:, None, :] * A[:, :, None]) * dh
+                tl.store(d_initial_ptr + segment_base[:, :, None] + segment[None, None, :] * N, d_entering,
+                         mask=cs_ok[:, :, None] & cut[None, None, :])
 
             dh_B = tl.sum(dh * B, axis=1)
             dh_a_h_prev = dh * (h - x)  # dh[t] * a[t] * h[t-1]
@@ -363,7 +429,8 @@ def _selective_bwd_kernel(
             else:
                 d_C_channel += tl.sum(d_C_steps, axis=2, keep_dims=True)
 
-    tl.store(d_initial_ptr + states_at, d_state, mask=cs_ok)
+    if not SEGMENTS:
+        tl.store(d_initial_ptr + states_at, d_state, mask=cs_ok)
     tl.atomic_add(d_A_ptr + cs, d_A, mask=cs_ok)
     if HAS_D:
         tl.atomic_add(d_D_ptr + channels, d_D, mask=channels_ok)
@@ -456,10 +523,24 @@ class _Launch(NamedTuple):
                     CHECKPOINT=CHECKPOINT_STEPS, num_warps=self.num_warps)
 
 
+def _segment_of(cu_seqlens, length):
+    """Each position's segment (int64, on cu_seqlens' device, with no host sync)."""
+    positions = torch.arange(length, device=cu_seqlens.device)
+    return torch.searchsorted(cu_seqlens[1:].contiguous(), positions, right=True)
+
+
+def _states_from(state, shape, acc, device):
+    """A copy of `state`, or zeros: where the kernels leave a state a segment unwritten (empty
+    segments), it passes through."""
+    return state.to(acc).clone() if state is not None else torch.zeros(shape, dtype=acc, device=device)
+
+
 def selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus: bool, reverse: int,
-                       cuts=None):
+                       cuts=None, cu_seqlens=None):
     """The fused selective scan's forward, on normalised arguments (docs/design/0023-fused-selective-scan.md);
-    cuts: packed sequences, one flag a position, set where a segment begins in scan order (no initial_state).
+    cuts: packed sequences, one flag a position, set where a segment begins in scan order (no
+    initial_state); with cu_seqlens too (int64 [0, ..., L]), a state a segment: initial_state and
+    last_state (batch, dim, segments, N).
 
     Returns y (batch, dim, L) in u's dtype, last_state (batch, dim, N) and checkpoints
     (batch, dim, ceil(L / 128), N): the state entering steps 0, 128, ... in scan order,
@@ -467,7 +548,10 @@ def selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias, initial_state, delta
     run = _Launch.of(u, A, B, C)
     batch, dim, N, L, acc, device = run.batch, run.dim, run.states, run.length, run.acc, u.device
     y = _new_output((batch, dim, L), u.dtype, device)
-    last_state = _new_output((batch, dim, N), acc, device)
+    segments = cu_seqlens is not None
+    num_segments = cu_seqlens.shape[0] - 1 if segments else 0
+    last_state = (_states_from(initial_state, (batch, dim, num_segments, N), acc, device) if segments
+                  else _new_output((batch, dim, N), acc, device))
     checkpoints = _new_output((batch, dim, triton.cdiv(L, CHECKPOINT_STEPS), N), acc, device)
     if batch * dim == 0:
         return y, last_state, checkpoints
@@ -479,29 +563,34 @@ def selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias, initial_state, delta
         delta_bias.contiguous() if delta_bias is not None else A,
         initial_state.contiguous() if initial_state is not None else A,
         cuts.view(torch.uint8) if cuts is not None else u,
+        _segment_of(cu_seqlens, L) if segments else u,
         y, last_state, checkpoints,
-        dim, N, L, *u.stride(), *delta.stride(), *(z if z is not None else u).stride(),
+        dim, N, L, num_segments, *u.stride(), *delta.stride(), *(z if z is not None else u).stride(),
         *run.B.strides, run.B.channels_per_group, *run.C.strides, run.C.channels_per_group,
         HAS_Z=z is not None, HAS_D=D is not None, HAS_BIAS=delta_bias is not None,
-        HAS_INITIAL=initial_state is not None, HAS_CUTS=cuts is not None, **run.meta(delta_softplus, reverse))
+        HAS_INITIAL=initial_state is not None and not segments, HAS_CUTS=cuts is not None, SEGMENTS=segments,
+        ENTERING=segments and initial_state is not None, **run.meta(delta_softplus, reverse))
     return y, last_state, checkpoints
 
 
 def selective_scan_bwd(d_y, d_last_state, u, delta, A, B, C, D, z, delta_bias, initial_state, checkpoints,
-                       delta_softplus: bool, reverse: int, cuts=None):
+                       delta_softplus: bool, reverse: int, cuts=None, cu_seqlens=None):
     """The fused selective scan's backward, from the forward's checkpoints (from any backend).
 
     Returns (d_u, d_delta, d_A, d_B, d_C, d_D, d_z, d_delta_bias, d_initial_state): d_u, d_delta,
     d_z in u's dtype; the rest float32 (float64 for float64 u), d_B and d_C in B's and C's
-    normalised shapes; 0-element tensors for absent D, z, delta_bias. initial_state is not read:
-    the checkpoints hold it."""
+    normalised shapes; 0-element tensors for absent D, z, delta_bias. initial_state is read only
+    with a state a segment (cu_seqlens): otherwise the checkpoints hold it."""
     run = _Launch.of(u, A, B, C)
     batch, dim, N, L, acc, device = run.batch, run.dim, run.states, run.length, run.acc, u.device
     d_u = _new_output((batch, dim, L), u.dtype, device)
     d_delta = _new_output((batch, dim, L), u.dtype, device)
     absent = torch.empty(0, dtype=u.dtype, device=device)
     d_z = _new_output((batch, dim, L), u.dtype, device) if z is not None else absent
-    d_initial = _new_output((batch, dim, N), acc, device)
+    segments = cu_seqlens is not None
+    num_segments = cu_seqlens.shape[0] - 1 if segments else 0
+    d_initial = (_states_from(d_last_state, (batch, dim, num_segments, N), acc, device) if segments
+                 else _new_output((batch, dim, N), acc, device))
     # Accumulators, added into by the programs.
     d_A = torch.zeros((dim, N), dtype=acc, device=device)
     d_B = torch.zeros(B.shape, dtype=acc, device=device)
@@ -523,12 +612,15 @@ def selective_scan_bwd(d_y, d_last_state, u, delta, A, B, C, D, z, delta_bias, i
         D.contiguous() if D is not None else A,
         delta_bias.contiguous() if delta_bias is not None else A,
         d_last_state.contiguous() if d_last_state is not None else A,
-        checkpoints.contiguous(), cuts.view(torch.uint8) if cuts is not None else u, scratch,
+        checkpoints.contiguous(), cuts.view(torch.uint8) if cuts is not None else u,
+        initial_state.contiguous() if segments and initial_state is not None else A,
+        _segment_of(cu_seqlens, L) if segments else u, scratch,
         d_u, d_delta, d_z if z is not None else d_u, d_A, d_B, d_C,
         d_D if D is not None else d_A, d_bias if delta_bias is not None else d_A, d_initial,
-        dim, N, L, *d_y.stride(), *u.stride(), *delta.stride(), *(z if z is not None else u).stride(),
+        dim, N, L, num_segments, *d_y.stride(), *u.stride(), *delta.stride(), *(z if z is not None else u).stride(),
         *run.B.strides, run.B.channels_per_group, *d_B_strides,
         *run.C.strides, run.C.channels_per_group, *d_C_strides,
         HAS_Z=z is not None, HAS_D=D is not None, HAS_BIAS=delta_bias is not None,
-        HAS_D_LAST=d_last_state is not None, HAS_CUTS=cuts is not None, **run.meta(delta_softplus, reverse))
+        HAS_D_LAST=d_last_state is not None, HAS_CUTS=cuts is not None, SEGMENTS=segments,
+        ENTERING=segments and initial_state is not None, **run.meta(delta_softplus, reverse))
     return grads
