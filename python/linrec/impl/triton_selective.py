@@ -370,16 +370,12 @@ def _selective_bwd_kernel(
             cut = _load_cuts(cuts_ptr, pos, steps_ok, HAS_CUTS)
             segment, ends = pos, steps_ok
             entering = tl.zeros([BLOCK_D, N_PAD, CHUNK], acc)
-            d_leaving = tl.zeros([BLOCK_D, N_PAD, CHUNK], acc)  # d_last_state at each segment's end
             if SEGMENTS:
                 segment, ends = _segment_steps(segments_ptr, cuts_ptr, span_start + chunk * CHUNK, pos, L, steps_ok,
                                                CHUNK, REVERSE)
                 if ENTERING:
                     entering = _segment_tile(initial_ptr, segment_base, segment,
                                              cs_ok[:, :, None] & cut[None, None, :], N)
-                if HAS_D_LAST:
-                    d_leaving = _segment_tile(d_last_ptr, segment_base, segment,
-                                              cs_ok[:, :, None] & ends[None, None, :], N)
             a, x, h = _scan_chunk(dt, dtu, A, B, state, cut, entering, HAS_CUTS, ENTERING)
 
             if HAS_Z:
@@ -392,8 +388,11 @@ def _selective_bwd_kernel(
             else:
                 g = d_y
 
-            cum_a, dh = tl.associative_scan((_next_step(a, cols, CHUNK), C * g[:, None, :] + d_leaving), axis=2,
-                                            combine_fn=_combine, reverse=True)
+            g_states = C * g[:, None, :]
+            if SEGMENTS and HAS_D_LAST:  # d_last_state enters at each segment's end
+                g_states += _segment_tile(d_last_ptr, segment_base, segment, cs_ok[:, :, None] & ends[None, None, :], N)
+            cum_a, dh = tl.associative_scan((_next_step(a, cols, CHUNK), g_states), axis=2, combine_fn=_combine,
+                                            reverse=True)
             dh = dh + cum_a * d_state[:, :, None]
             d_state = _column(a * dh, cols, 0)
             if SEGMENTS:  # a segment's d_initial: a dh at its cut (0 where it starts from 0)
