@@ -146,7 +146,8 @@ inline SelectiveInputs check_selective_inputs(SelectiveParams& p, const Tensor& 
   if (delta_bias) check_arg(*delta_bias, "delta_bias", u, in.acc, {dim}, "(dim,)");
   std::vector<int64_t> segment_of;
   const int64_t segments = check_cu_seqlens(cu_seqlens, cuts, u, segment_of);
-  in.state_shape = cu_seqlens ? std::vector<int64_t>{batch, dim, segments, states} : std::vector<int64_t>{batch, dim, states};
+  in.state_shape = cu_seqlens ? std::vector<int64_t>{batch, dim, segments, states}
+                              : std::vector<int64_t>{batch, dim, states};
   if (initial_state)
     check_arg(*initial_state, "initial_state", u, in.acc, in.state_shape,
               cu_seqlens ? "(batch, dim, segments, N)" : "(batch, dim, N)");
