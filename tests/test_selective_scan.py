@@ -718,6 +718,25 @@ def test_cu_seqlens_compile_fullgraph():
         torch.testing.assert_close(grads[name], grads_e[name], rtol=1e-14, atol=1e-14)
 
 
+def test_cu_seqlens_compile_dynamic_segments():
+    """torch.compile(fullgraph=True, dynamic=True): a different number of segments (and states a
+    segment) reuses the graph's symbolic shapes; values as the float64 loop over each segment."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    backend = CompileCounterWithBackend("aot_eager")
+    call = torch.compile(lambda cu, **a: scan(**a, cu_seqlens=cu, delta_softplus=True), fullgraph=True,
+                         dynamic=True, backend=backend)
+    # Segment counts unlike every other size here (torch.compile's duck sizing would tie them).
+    for bounds in ([0, 2, 6, 9, 14, 20], [0, 3, 3, 5, 11, 13, 17, 20]):
+        args = make_args(2, 4, 3, 20, "step", "channel", seed=len(bounds))
+        args["initial_state"] = per_segment_states(args, len(bounds) - 1, seed=33)
+        y, last = call(torch.tensor(bounds), **args)
+        y_ref, last_ref = packed_reference(args, bounds, False, delta_softplus=True)
+        torch.testing.assert_close(y, y_ref, rtol=1e-9, atol=1e-10)
+        torch.testing.assert_close(last, last_ref, rtol=1e-9, atol=1e-10)
+    assert backend.frame_count == 1
+
+
 @pytest.mark.parametrize("reverse", [False, True])
 def test_cu_seqlens_one_segment_is_the_plain_scan(reverse):
     """One segment, from its initial state: the plain scan's values, last state and gradients."""
