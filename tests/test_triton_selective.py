@@ -249,6 +249,33 @@ def test_segments_match_reference(name):
         assert rel_error(grad, ref) < TOL[case.dtype], name
 
 
+def test_selective_scans_route_to_triton():
+    """What linrec.selective_scan calls on CUDA tensors that take Triton (_selective_ops.TRITON): its
+    autograd.Function's output and gradients against the reference loop; under torch.func.grad, an
+    error that says the transforms need the compiled kernels."""
+    from linrec._selective_ops import TRITON
+
+    args, d_y, d_last = make_inputs(Case(batch=1, dim=2, states=3, length=40, B=1, C="channel"))
+    config = (True, 0, None, None)  # delta_softplus, reverse, cuts, cu_seqlens
+    leaves = [t.detach().requires_grad_() if t is not None else None for t in args]
+    y, last, _ = TRITON.function.apply(*leaves, config)
+    grads = torch.autograd.grad((y * d_y).sum() + (last * d_last).sum(), [t for t in leaves if t is not None])
+    ref_leaves = [t.detach().double().requires_grad_() if t is not None else None for t in args]
+    y_ref, last_ref, _ = reference(*ref_leaves, True, False)
+    ref_grads = torch.autograd.grad((y_ref * d_y.double()).sum() + (last_ref * d_last.double()).sum(),
+                                    [t for t in ref_leaves if t is not None])
+    assert rel_error(y, y_ref) < TOL[torch.float64] and rel_error(last, last_ref) < TOL[torch.float64]
+    for name, grad, ref in zip([n for n, t in zip(GRAD_NAMES, args) if t is not None], grads, ref_grads):
+        assert rel_error(grad, ref) < TOL[torch.float64], name
+
+    def loss_of_u(u):
+        y, last, _ = TRITON.transformable.apply(u, *args[1:], config)
+        return (y * d_y).sum() + (last * d_last).sum()
+
+    with pytest.raises(RuntimeError, match="torch.func transforms .* run on the compiled kernels"):
+        torch.func.grad(loss_of_u)(args[0])
+
+
 def test_backward_from_reference_checkpoints():
     check(Case(batch=1, dim=2, states=2, length=300, reverse=True), checkpoints_from_reference=True)
 

@@ -16,7 +16,7 @@ import torch
 
 from ._backend import cuda_backend, forced_backend
 from ._segments import check_cu_seqlens, cut_flags
-from ._selective_ops import SelectiveScanFunction, SelectiveScanTransformable, fwd_op_no_autograd, triton_fwd_op
+from ._selective_ops import COMPILED, TRITON
 
 MAX_STATES = 256
 VALUE_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -190,15 +190,15 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
         if cuts is not None and importlib.util.find_spec("triton") is None:
             raise ValueError("linrec: selective_scan with cu_seqlens on CUDA tensors runs the Triton implementation "
                              "(the compiled CUDA kernels take no packed sequences yet), and Triton is not installed")
-        y, last_state, _ = triton_fwd_op(*tensors, delta_softplus, reverse, cuts, cu_seqlens)
+        route, config = TRITON, (delta_softplus, reverse, cuts, cu_seqlens)
     else:
-        config = (delta_softplus, reverse, 0, 0)  # steps_per_thread, warps: the automatic config
+        route, config = COMPILED, (delta_softplus, reverse, 0, 0)  # steps_per_thread, warps: the automatic config
         if cuts is not None:
             config += (cuts, cu_seqlens)
-        if torch._C._are_functorch_transforms_active():
-            y, last_state, _ = SelectiveScanTransformable.apply(*tensors, config)
-        elif torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
-            y, last_state, _ = SelectiveScanFunction.apply(*tensors, config)
-        else:
-            y, last_state, _ = fwd_op_no_autograd(*tensors, *config)
+    if torch._C._are_functorch_transforms_active():
+        y, last_state, _ = route.transformable.apply(*tensors, config)
+    elif torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        y, last_state, _ = route.function.apply(*tensors, config)
+    else:
+        y, last_state, _ = route.fwd(*tensors, *config)
     return (y, last_state) if return_last_state else y

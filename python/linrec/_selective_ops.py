@@ -4,12 +4,14 @@ linrec::selective_scan_fwd / selective_scan_bwd are compiled (schemas in csrc/op
 and CUDA kernels); linrec::_selective_scan_fwd_triton / _selective_scan_bwd_triton are the
 Triton implementation (impl/triton_selective.py) as Python custom ops, imported only when a call
 takes them. Both pairs take normalised arguments (linrec/_selective.py) and share the fake
-kernels and the autograd here: the forward keeps its inputs and checkpoints, the backward op
-gives every gradient at once. Gradients are first order (the backward ops are not
-differentiable).
+kernels and the autograd Functions here (autograd_functions; `Route`: what selective_scan calls
+for each): the forward keeps its inputs and checkpoints, the backward op gives every gradient at
+once. Gradients are first order (the backward ops are not differentiable).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 
@@ -147,7 +149,7 @@ def _triton_bwd_fake(d_y, d_last_state, u, delta, A, B, C, D, z, delta_bias, ini
                      delta_softplus, reverse, 0, 0, cuts, cu_seqlens)
 
 
-# -- Autograd, for both pairs
+# -- Autograd
 
 _TENSOR_ARGS = 9  # u, delta, A, B, C, D, z, delta_bias, initial_state; then delta_softplus, reverse, ...
 
@@ -171,49 +173,76 @@ def _backward(bwd, ctx, d_y, d_last_state, _):
     return *_grads(bwd, ctx, d_y, d_last_state), *([None] * len(ctx.config))
 
 
+# The compiled forward op as users may call it; linrec.selective_scan takes the Functions below, and
+# the Triton ops only through them (a registered autograd would run inside their forward, where
+# torch.func's transforms refuse it).
 torch.library.register_autograd("linrec::selective_scan_fwd", lambda ctx, *g: _backward(bwd_op, ctx, *g),
                                 setup_context=_setup_context)
-triton_fwd_op.register_autograd(lambda ctx, *g: _backward(triton_bwd_op, ctx, *g), setup_context=_setup_context)
 
 
-class SelectiveScanFunction(torch.autograd.Function):
-    """The compiled ops' autograd as one autograd.Function, for linrec.selective_scan's calls:
-    the registration above wraps the op in torch.library's own autograd function, which cost
-    every call host time (python -m linrec.bench --host, 2-core CPU, (1, 4, 8) float32, N = 2: a
-    forward with grad 87-92 -> 30-31 µs, forward and backward 224-356 -> 137-171;
-    docs/design/0024-host-time-against-native-chains.md). The op's arguments after the tensors
-    come as one tuple, `config`. The one-method form (context in forward) is the cheap one;
-    torch.func transforms need the other (SelectiveScanTransformable)."""
+class Route(NamedTuple):
+    """How linrec.selective_scan calls one implementation: its forward op without autograd, and
+    the two autograd.Functions over it and its backward op (see autograd_functions)."""
+    fwd: object
+    function: type
+    transformable: type
+
+
+def autograd_functions(fwd, bwd) -> tuple[type, type]:
+    """The autograd.Functions over a forward op (without autograd registration) and its backward,
+    for linrec.selective_scan's calls. A registered autograd (as above) wraps the op in torch.library's
+    own autograd function, which cost every call host time (python -m linrec.bench --host, 2-core
+    CPU, (1, 4, 8) float32, N = 2: a forward with grad 87-92 -> 30-31 µs, forward and backward
+    224-356 -> 137-171; docs/design/0024-host-time-against-native-chains.md). The op's arguments
+    after the tensors come as one tuple, `config`. The first Function is the cheap one-method form
+    (context in forward); torch.func's grad transforms (grad, vjp) need the second, with a separate
+    setup_context, taken only while a transform is active. The ops have no vmap rule, so vmap and
+    the transforms built on it (jacrev, hessian) raise."""
+
+    class SelectiveScanFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, u, delta, A, B, C, D, z, delta_bias, initial_state, config):
+            tensors = (u, delta, A, B, C, D, z, delta_bias, initial_state)
+            y, last_state, checkpoints = fwd(*tensors, *config)
+            ctx.mark_non_differentiable(checkpoints)
+            ctx.config = config
+            ctx.save_for_backward(*tensors, checkpoints)
+            return y, last_state, checkpoints
+
+        @staticmethod
+        def backward(ctx, d_y, d_last_state, _):
+            return *_grads(bwd, ctx, d_y, d_last_state), None
+
+    class SelectiveScanTransformable(torch.autograd.Function):
+        @staticmethod
+        def forward(u, delta, A, B, C, D, z, delta_bias, initial_state, config):
+            return fwd(u, delta, A, B, C, D, z, delta_bias, initial_state, *config)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            *tensors, config = inputs
+            ctx.mark_non_differentiable(output[2])
+            ctx.config = config
+            ctx.save_for_backward(*tensors, output[2])
+
+        backward = staticmethod(SelectiveScanFunction.backward)
+
+    return SelectiveScanFunction, SelectiveScanTransformable
+
+
+class _NoTransforms:
+    """Under torch.func's transforms the Triton ops cannot run: a Python custom op has an autograd
+    kernel of its own (an autograd.Function without setup_context), which the transforms refuse,
+    and a Triton launch cannot read the transforms' wrapped tensors. This says so by name."""
 
     @staticmethod
-    def forward(ctx, u, delta, A, B, C, D, z, delta_bias, initial_state, config):
-        tensors = (u, delta, A, B, C, D, z, delta_bias, initial_state)
-        y, last_state, checkpoints = fwd_op_no_autograd(*tensors, *config)
-        ctx.mark_non_differentiable(checkpoints)
-        ctx.config = config
-        ctx.save_for_backward(*tensors, checkpoints)
-        return y, last_state, checkpoints
-
-    @staticmethod
-    def backward(ctx, d_y, d_last_state, _):
-        return *_grads(bwd_op, ctx, d_y, d_last_state), None
+    def apply(*args):
+        raise RuntimeError("linrec: torch.func transforms (grad, vjp) of selective_scan run on the compiled kernels "
+                           "(CPU, and CUDA devices the build has kernels for), not in Triton (other GPUs, and "
+                           "packed sequences on CUDA)")
 
 
-class SelectiveScanTransformable(torch.autograd.Function):
-    """The same Function in the form torch.func's grad transforms take (torch.func.grad, vjp):
-    a separate setup_context. linrec.selective_scan takes it only while a transform is active,
-    as that form costs host time on every call. The ops have no vmap rule, so vmap and the
-    transforms built on it (jacrev, hessian) raise."""
-
-    @staticmethod
-    def forward(u, delta, A, B, C, D, z, delta_bias, initial_state, config):
-        return fwd_op_no_autograd(u, delta, A, B, C, D, z, delta_bias, initial_state, *config)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        *tensors, config = inputs
-        ctx.mark_non_differentiable(output[2])
-        ctx.config = config
-        ctx.save_for_backward(*tensors, output[2])
-
-    backward = staticmethod(SelectiveScanFunction.backward)
+# The compiled ops' config: (delta_softplus, reverse, steps_per_thread, warps[, cuts, cu_seqlens]);
+# Triton's: (delta_softplus, reverse, cuts, cu_seqlens).
+COMPILED = Route(fwd_op_no_autograd, *autograd_functions(fwd_op_no_autograd, bwd_op))
+TRITON = Route(triton_fwd_op, autograd_functions(triton_fwd_op, triton_bwd_op)[0], _NoTransforms)
