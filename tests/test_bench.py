@@ -1,10 +1,11 @@
 """The benchmark's input cycling (python -m linrec.bench): a pass over the copies moves at least twice L2;
-and python -m tools check-floors's verdicts on a hand-made bench file."""
+its adapters of the peers' layouts; and python -m tools check-floors's verdicts on a hand-made bench file."""
 
 import pytest
 import torch
 
-from linrec.bench import input_sets
+from linrec.bench import input_sets, scanned_last, scanned_middle
+from reference import reference
 from tools import check_floors
 
 
@@ -34,6 +35,28 @@ def test_input_sets_large_case_is_not_copied():
 
 def bench_row(case, backward, impl, gbs, ms, dtype="float32"):
     return dict(case=case, dtype=dtype, backward=backward, impl=impl, gbs=gbs, ms=ms)
+
+
+def bct_scan(gates, tokens):
+    """A (B, C, T) peer's call, as accelerated-scan's: the float64 loop over the last dim."""
+    assert gates.dim() == 3 and gates.is_contiguous() and tokens.is_contiguous()
+    return reference(tokens, gates)
+
+
+def btd_log_scan(x, log_g):
+    """A (B, T, D) peer's call on log-gates, as FLA's HGRN: the float64 loop over dim 1."""
+    assert x.dim() == 3 and x.is_contiguous() and log_g.is_contiguous()
+    return reference(x, log_g.exp(), dim=1)
+
+
+@pytest.mark.parametrize("shape,dim", [((6, 40), -1), ((3, 40, 5), 1), ((40, 7), 0)])
+def test_peer_adapters_scan_along_dim(shape, dim):
+    """The adapters that give the peers linrec's layouts scan along `dim` (a channel-last view too)."""
+    x = torch.randn(shape, dtype=torch.float64)
+    c = torch.rand(shape, dtype=torch.float64) * 0.5 + 0.5
+    want = reference(x, c, dim=dim)
+    torch.testing.assert_close(scanned_last(bct_scan)(x, c, dim=dim), want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(scanned_middle(btd_log_scan)(x, c, dim=dim), want, rtol=1e-12, atol=1e-12)
 
 
 def test_check_floors_verdicts():

@@ -29,9 +29,10 @@ def test_peak_bandwidth_from_memory_clock_and_bus():
 
 @pytest.fixture
 def two_tables(tmp_path, monkeypatch):
-    """The shipped H100 table beside a made-up one of 1.47x its bandwidth per SM."""
+    """The shipped H100 table beside a made-up one of 1.47x its bandwidth per SM and compute capability 10.0."""
     h100 = tuning.load("h100")
-    wide = dict(h100, device="made-up", match=["Wide"], hardware=dict(h100["hardware"], peak_gbs=4915))
+    wide = dict(h100, device="made-up", match=["Wide"], hardware=dict(h100["hardware"], peak_gbs=4915,
+                                                                       capability="10.0"))
     for name, table in (("h100", h100), ("wide", wide)):
         (tmp_path / f"{name}.json").write_text(json.dumps(table))
     monkeypatch.setattr(tuning, "_HERE", tmp_path)
@@ -42,10 +43,11 @@ def two_tables(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("device,expected", [
     (props(132, 9, 0, 2619000, 5120), "h100"),   # the H100's own figures
-    (props(132, 9, 0, 3201000, 6144), "wide"),   # an H200: 4917 GB/s over 132 SMs
-    (props(114, 9, 0, 1593000, 5120), "h100"),   # an H100 PCIe: 2039 GB/s over 114 SMs
-    (props(108, 8, 0, 1593000, 5120), "h100"),   # an A100 (another capability: bandwidth alone decides)
-    (props(148, 10, 0, 4000000, 8192), "wide"),  # a B200-like part: 8192 GB/s over 148 SMs
+    (props(132, 9, 0, 3201000, 6144), "h100"),   # an H200's bandwidth, nearer wide's: capability 9.0 first
+    (props(148, 10, 0, 2619000, 5120), "wide"),  # an H100's bandwidth at capability 10.0: wide
+    (props(108, 8, 0, 1593000, 5120), "h100"),   # an A100, neither capability: 2039 GB/s / 108 SMs is nearer
+    (props(100, 8, 0, 4000000, 8192), "wide"),   # capability 8.0, 8192 GB/s / 100 SMs: nearer wide
+    (props(60, 8, 0, 1953125, 8192), "wide"),    # 4000 GB/s, nearer the H100's in total, over 60 SMs: per SM wide's
     (props(132, 9, 0, 0, 0), "h100"),            # bandwidth unknown: the default
 ])
 def test_a_device_without_a_table_takes_the_nearest_by_bandwidth_per_sm(two_tables, device, expected):

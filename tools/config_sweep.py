@@ -20,6 +20,7 @@ import torch
 import linrec
 from linrec._registry import FAMILIES
 from linrec.bench import copies_past_l2
+from linrec.tune_table import fits
 from tools.kernel_times import kernel_medians
 
 KERNEL_IDS = {name: family.id for name, family in FAMILIES.items() if family.has_configs}
@@ -32,15 +33,6 @@ def configs(kernel, dtype, registers=False):
     """The configs compiled for `dtype` to time: for chained the staged ones, unless `registers`."""
     cfgs = linrec.compiled_configs(kernel, dtype)
     return [c for c in cfgs if c[2] == STAGED] if kernel == "chained" and not registers else cfgs
-
-
-def fits(kernel, length, e, t):
-    """Whether a config can run a sequence of this length (the others throw)."""
-    if kernel == "packed":
-        return length <= 32 * e
-    if kernel == "tile":
-        return length <= e * t
-    return True
 
 
 def cycled(tensors, cold):
@@ -86,7 +78,7 @@ def main(argv=None) -> int:
             add = kernel_us(lambda: torch.add(*fwd_args()), args.reps, "")
             row = [f"{str(dtype)[6:]:8s} {seqs} x {length}  add {add:6.1f}"]
             for e, t, m, a in configs(args.kernel, dtype, args.registers):
-                if not fits(args.kernel, length, e, t):
+                if not fits(args.kernel, length, (e, t)):
                     continue
                 name = f"{e}x{t}" + ("s" if m == STAGED else "")
                 try:

@@ -47,9 +47,6 @@ GRID_LENGTHS = [2**k for k in range(4, 17)]
 # --dtypes: the real storage types, mixed ones as "values+coeffs".
 DTYPES = [s.values if s.values == s.coeffs else f"{s.values}+{s.coeffs}" for s in STORAGES.values()
           if not s.values.startswith("complex") and not s.log_coeffs]
-# Those implementations() may find: linrec's own, and the peers where they import.
-IMPLS = ["linrec", "triton.pipe", "linrec_hop", "accelerated_scan.warp", "accelerated_scan.triton", "fla.chunk_hgrn"]
-PEER_NAMES = {"accelerated_scan.warp", "accelerated_scan.triton", "fla.chunk_hgrn"}
 SLOW_REPS = 5
 WAITS_FOR_DEVICE = {"linrec_hop"}  # reads a tensor's values on the host: no CUDA graph
 PROG = "python -m linrec.bench"
@@ -76,9 +73,21 @@ def scanned_middle(scan):
     return call
 
 
+def fla_output(chunk_hgrn):
+    """FLA's chunk_hgrn returns (output, final state): its output alone."""
+    return lambda x, g: chunk_hgrn(x, g)[0]
+
+
+# The peers implementations() imports where it can: --impls name -> (module, function, adapter).
+PEERS = {"accelerated_scan.warp": ("accelerated_scan.warp", "scan", scanned_last),
+         "accelerated_scan.triton": ("accelerated_scan.scalar", "scan", scanned_last),
+         "fla.chunk_hgrn": ("fla.ops.hgrn", "chunk_hgrn", lambda f: scanned_middle(fla_output(f)))}
+IMPLS = ["linrec", "triton.pipe", "linrec_hop", *PEERS]  # linrec's own, then the peers
+
+
 def implementations(names=None):
     """The implementations importable here, by their --impls names; only those of `names` where
-    given (importing accelerated_scan.warp compiles its kernel: minutes)."""
+    given (importing accelerated_scan.warp compiles its kernel with nvcc)."""
     impls = {"linrec": linrec.linrec}
     try:
         from linrec.impl import triton as tr
@@ -89,13 +98,10 @@ def implementations(names=None):
     from linrec.impl.python import linrec_hop
 
     impls["linrec_hop"] = linrec_hop
-    peers = {"accelerated_scan.warp": ("accelerated_scan.warp", "scan", scanned_last),
-             "accelerated_scan.triton": ("accelerated_scan.scalar", "scan", scanned_last),
-             "fla.chunk_hgrn": ("fla.ops.hgrn", "chunk_hgrn", lambda f: scanned_middle(lambda x, g: f(x, g)[0]))}
-    for name, (module, function, adapt) in peers.items():
+    for name, (module, function, adapt) in PEERS.items():
         if names is not None and name not in names:
             continue
-        try:  # a peer, when importable (accelerated_scan.warp compiles its kernel at import)
+        try:  # a peer, when importable
             impls[name] = adapt(getattr(__import__(module, fromlist=[function]), function))
         except Exception as error:  # noqa: BLE001 - a peer that fails to import is left out, saying why
             if not isinstance(error, ImportError):
@@ -263,7 +269,7 @@ def run(dtypes, reps, max_hop_elems, only, impls, options=False, after_case=None
                             runs.setdefault((backward, name), []).append(time_case(
                                 fn, x, c, case["dim"], backward, reps, l2_bytes, name not in WAITS_FOR_DEVICE, slow))
                         except (RuntimeError, AssertionError, ValueError) as error:
-                            if name in PEER_NAMES:  # a peer's limits (lengths, sizes): no figure for this case
+                            if name in PEERS:  # a peer's limits (lengths, sizes): no figure for this case
                                 unsupported.add((backward, name))
                                 runs.pop((backward, name), None)
                                 print(f"{PROG}: {name} skips {case['name']} {dtype_name}: "

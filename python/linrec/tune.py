@@ -24,7 +24,7 @@ from typing import Sequence
 import torch
 
 import linrec
-from linrec import _cli, tuning
+from linrec import _cli, tune_table, tuning
 from linrec._registry import FAMILIES
 from linrec._timing import device_ms
 from linrec.impl import cuda
@@ -61,7 +61,7 @@ def tune(kernels, lengths, dtype, max_elems, reps, seqs=None):
             xk, ck, dyk = (t.t().contiguous() if strided else t for t in (x, c, dy))
             for config in linrec.compiled_configs(kernel, dtype):
                 e, t, m, a = config
-                if (kernel == "tile" and e * t < length) or (kernel == "packed" and 32 * e < length):
+                if not tune_table.fits(kernel, length, config):
                     continue
                 kw = dict(dim=dim, elems_per_thread=e, threads_per_block=t, memcode=m, algocode=a)
                 y = fn(xk, ck, **kw)
@@ -109,8 +109,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if reason:
         return _cli.fail(PROG, reason)
     if args.table:
-        from . import tune_table
-
         table = tune_table.write(args.template, args.table, args.reps, args.max_elems, list(argv or sys.argv[1:]))
         changed = sum(new["config"] != old["config"] for new, old in zip(table["rows"], tuning.load(args.template)["rows"]))
         print(f"{args.table}: {len(table['rows'])} rows for {table['device']}, {changed} configs unlike the template's")

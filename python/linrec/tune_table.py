@@ -94,6 +94,9 @@ def probe_shapes(rows, index, sms, max_elems):
 
 
 def fits(kernel, length, config):
+    """Whether a config (elems_per_thread, threads_per_block, ...) can run a sequence of this length:
+    a packed kernel's sequence fits one warp's elements, a tile kernel's one block's (the others
+    throw)."""
     e, t = config[:2]
     if kernel == "packed":
         return length <= 32 * e
