@@ -57,12 +57,15 @@ struct SelectiveParams {
   // Packed sequences: (L,), nonzero at each position where a segment begins in scan order; the
   // decay exp(dt * A) reads as 0 there, so the state restarts, and its gradients are 0. Or nullptr.
   const uint8_t* cuts = nullptr;
-  // With cuts, a state a segment (cu_seqlens given): each position's segment, (L,), and the
-  // number of segments. initial and last_state are then (batch, dim, segments, N): a segment's
-  // first step in scan order starts from its own initial state (or 0), and its last step's
-  // state is its last state. The CPU kernels take them; nullptr on other devices.
-  const int64_t* segment_of = nullptr;
+  // With cuts, a state a segment (cu_seqlens given): the number of segments, and their bounds
+  // [0, e1, ..., L] (segments + 1, on the tensors' device). initial and last_state are then
+  // (batch, dim, segments, N): a segment's first step in scan order starts from its own initial
+  // state (or 0), and its last step's state is its last state. On the CPU, where the bounds are
+  // checked, also each position's segment, (L,); nullptr on other devices, whose kernels look
+  // a position's segment up in the bounds.
   int64_t segments = 0;
+  const int64_t* cu_seqlens = nullptr;
+  const int64_t* segment_of = nullptr;
   void* y = nullptr;                // (batch, dim, L) contiguous
   void* last_state = nullptr;       // (batch, dim, N) contiguous; (batch, dim, segments, N) with segments
   void* checkpoints = nullptr;      // (batch, dim, num_checkpoints(L), N) contiguous

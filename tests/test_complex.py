@@ -11,6 +11,7 @@ import linrec
 import linrec._complex
 from linrec._registry import FAMILIES
 from linrec.impl.python import linrec_hop
+from reference import poison
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 # The Triton kernels run in Triton's interpreter on CPU tensors without a GPU (conftest.py).
@@ -33,14 +34,6 @@ def loop(x, c, reverse=False, dim=-1, initial=None):
 def crandn(*shape, device="cpu", dtype=torch.complex128, seed=0):
     g = torch.Generator().manual_seed(seed)
     return torch.randn(*shape, generator=g, dtype=torch.complex128).to(device=device, dtype=dtype)
-
-
-def poison(device, nbytes):
-    """On CUDA, leave NaN-filled free blocks of about nbytes in the caching allocator, so that an
-    output element a kernel fails to write reads NaN, not an earlier test's right answer."""
-    if device == "cuda":
-        blocks = [torch.full((max(nbytes // 4, 1),), float("nan"), device="cuda") for _ in range(6)]
-        del blocks
 
 
 def decays(*shape, device="cpu", dtype=torch.complex128, seed=1):

@@ -4,6 +4,7 @@ float64 loop written here, on the CPU kernel; the CUDA kernels at each compiled 
 Triton implementation against the CPU kernel where there is a GPU."""
 
 import math
+import random
 
 import pytest
 import torch
@@ -11,6 +12,8 @@ import torch.nn.functional as F
 
 import linrec
 from linrec._backend import C_CUDA
+from linrec._segments import cut_flags
+from reference import poison
 
 fwd_op = torch.ops.linrec.selective_scan_fwd
 bwd_op = torch.ops.linrec.selective_scan_bwd
@@ -795,24 +798,69 @@ def test_opcheck_with_cuts():
         fwd_op(*segmented[:-1], torch.tensor([0, 7, 149]))
 
 
+def packed_cpu_results(args, cu, reverse, d_y, d_last):
+    """The CPU kernel's packed forward and backward in float64 on the arguments as given (rounded)."""
+    cpu = {k: v.detach().cpu().double() for k, v in args.items()}
+    cuts = cut_flags(cu, cpu["u"].shape[2], bool(reverse), "cpu")[0]
+    fwd = op_args(cpu, reverse=reverse) + (cuts, cu)
+    y, last, ckpt = fwd_op(*fwd)
+    return (y, last, ckpt), bwd_op(d_y.cpu().double(), d_last.cpu().double(), *fwd[:9], ckpt, *fwd[9:])
+
+
+PACKED_GPU_CASES = [  # batch, channels, states, length, B form, C form, groups, segments
+    # Boundaries inside a lane's steps, across lanes, chunks (128 or 256 steps) and checkpoints.
+    (2, 8, 4, 700, "group", "channel", 2, 9),
+    # Mamba's form with whole blocks of a group (shared tiles), thousands of segments, empty ones.
+    (1, 128, 16, 9000, "step", "step", 1, 3000),
+    (2, 64, 5, 1500, "channel", "group", 1, 40),
+]
+
+
 @needs_cuda_kernels
-def test_cu_seqlens_refused_where_cuda_is_forced(monkeypatch):
-    """Packed sequences on CUDA run in Triton: LINREC_BACKEND=cuda, which forbids Triton, gets an
-    error naming cu_seqlens, not a silent Triton call."""
-    args = to_device(make_args(1, 4, 2, 20, "group", "channel", 1, seed=3), "cuda", torch.float32)
-    del args["initial_state"]
-    monkeypatch.setenv("LINREC_BACKEND", "cuda")
-    with pytest.raises(ValueError, match="cu_seqlens.*LINREC_BACKEND=cuda"):
-        scan(**args, cu_seqlens=torch.tensor([0, 7, 20], device="cuda"))
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", PACKED_GPU_CASES, ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_cuda_kernels_take_cu_seqlens(case, dtype):
+    """The CUDA kernels at each compiled config with cu_seqlens (a state a segment, random
+    boundaries, empty segments among them), outputs poisoned, against the CPU kernel in float64
+    on the same rounded arguments: y, checkpoints, each segment's last state and every gradient."""
+    batch, channels, states, length, b_form, c_form, groups, segments = case
+    rng = random.Random(length)
+    bounds = sorted(rng.randint(0, length) for _ in range(segments - 1))
+    cu = torch.tensor([0, *bounds, length])
+    tol = {torch.float32: 2e-4, torch.bfloat16: 2e-2}[dtype]
+    for reverse in (0, 1):
+        args = make_args(batch, channels, states, length, b_form, c_form, groups, seed=length + reverse)
+        args["initial_state"] = per_segment_states(args, segments, seed=reverse)
+        args = to_device(args, "cuda", dtype)
+        g = torch.Generator().manual_seed(22)
+        d_y = torch.randn(args["u"].shape, generator=g).to("cuda", dtype)
+        d_last = torch.randn(batch, channels, segments, states, generator=g).cuda()
+        expected = packed_cpu_results(args, cu, reverse, d_y, d_last)
+        cuts = cut_flags(cu.cuda(), length, bool(reverse), "cuda")[0]
+        for config in selective_configs():
+            fwd = op_args(args, reverse=reverse, config=config) + (cuts, cu.cuda())
+            poison("cuda", 4 * args["u"].numel() * states)
+            outputs = fwd_op(*fwd)
+            for name, got, want in zip(("y", "last_state", "checkpoints"), outputs, expected[0]):
+                compare(f"{name} at {config}", got, want, tol)
+            poison("cuda", 4 * args["u"].numel() * states)
+            grads = bwd_op(d_y, d_last, *fwd[:9], outputs[2], *fwd[9:])
+            for name, got, want in zip(ARG_NAMES, grads, expected[1]):
+                compare(f"d_{name} at {config}", got, want, 20 * tol if name in ("A", "D", "delta_bias") else 4 * tol)
 
 
 @needs_cuda_kernels
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("reverse", [False, True])
-def test_cu_seqlens_on_cuda(dtype, reverse):
-    """selective_scan(cu_seqlens=...) on CUDA tensors (the Triton implementation) against the
-    float64 loop over each segment alone, on the same rounded arguments: y, each segment's last
-    state and every gradient, from each segment's initial state."""
+@pytest.mark.parametrize("backend", ["cuda", "triton"])
+def test_cu_seqlens_on_cuda(dtype, reverse, backend, monkeypatch):
+    """selective_scan(cu_seqlens=...) on CUDA tensors, on the compiled kernels and in Triton,
+    against the float64 loop over each segment alone, on the same rounded arguments: y, each
+    segment's last state and every gradient, from each segment's initial state."""
+    if backend == "triton" and triton_selective() is None:
+        pytest.skip("needs Triton")
+    monkeypatch.setattr(linrec._selective, "cuda_backend", lambda index: backend)  # as LINREC_BACKEND does
     args = make_args(2, 8, 4, 300, "group", "channel", 2, seed=25)
     cu = torch.tensor([0, 3, 3, 140, 260, 300])
     args["initial_state"] = per_segment_states(args, len(cu) - 1, seed=32)

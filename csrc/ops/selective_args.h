@@ -7,6 +7,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -90,20 +91,29 @@ struct SelectiveInputs {
 };
 
 // cu_seqlens of packed sequences with a state each: 1-D int64 [0, e1, ..., L] on u's device
-// (linrec.selective_scan converts it), with cuts. Returns the number of segments; on the CPU
-// also each position's segment, into `segment_of` (the values checked: the kernels index by them).
-inline int64_t check_cu_seqlens(const std::optional<Tensor>& cu_seqlens, const std::optional<Tensor>& cuts,
-                                const Tensor& u, std::vector<int64_t>& segment_of) {
-  if (!cu_seqlens) return 0;
+// (linrec.selective_scan converts it), with cuts. Sets p.segments and p.cu_seqlens (into a
+// contiguous copy kept in `copies`); on the CPU also each position's segment, into
+// `segment_of` (the values checked: the kernels index by them). On other devices the values
+// stay unchecked (that would wait for the device); a segment the kernels look up is always
+// one of 0 .. segments - 1.
+inline void check_cu_seqlens(SelectiveParams& p, const std::optional<Tensor>& cu_seqlens,
+                             const std::optional<Tensor>& cuts, const Tensor& u, std::vector<Tensor>& copies,
+                             std::vector<int64_t>& segment_of) {
+  if (!cu_seqlens) return;
   const Tensor& cu = *cu_seqlens;
   STD_TORCH_CHECK(cuts.has_value(), "linrec: cu_seqlens comes with cuts");
   STD_TORCH_CHECK(cu.scalar_type() == ScalarType::Long && cu.dim() == 1 && cu.size(0) >= 2,
                   "linrec: cu_seqlens must be a 1-D int64 tensor of at least 2 elements");
   STD_TORCH_CHECK(cu.device() == u.device(), "linrec: cu_seqlens is on a different device than u");
+  // The CUDA kernels keep a step's segment in 32 bits.
+  STD_TORCH_CHECK(cu.size(0) <= std::numeric_limits<int32_t>::max(), "linrec: cu_seqlens has ", cu.size(0) - 1,
+                  " segments; at most 2^31 - 2");
   const int64_t segments = cu.size(0) - 1, length = u.size(2);
+  const Tensor& dense = copies.emplace_back(torch::stable::contiguous(cu));
+  p.segments = segments;
+  p.cu_seqlens = static_cast<const int64_t*>(dense.const_data_ptr());
   if (u.device().is_cpu()) {
-    const Tensor dense = torch::stable::contiguous(cu);
-    const int64_t* bounds = static_cast<const int64_t*>(dense.const_data_ptr());
+    const int64_t* bounds = p.cu_seqlens;
     STD_TORCH_CHECK(bounds[0] == 0 && bounds[segments] == length, "linrec: cu_seqlens must run from 0 to ", length,
                     " (u.shape[2])");
     segment_of.resize(length);
@@ -112,7 +122,6 @@ inline int64_t check_cu_seqlens(const std::optional<Tensor>& cu_seqlens, const s
       std::fill(segment_of.begin() + bounds[k], segment_of.begin() + bounds[k + 1], k);
     }
   }
-  return segments;
 }
 
 // Checks the forward's arguments and fills p's sizes, flags and input pointers.
@@ -145,8 +154,8 @@ inline SelectiveInputs check_selective_inputs(SelectiveParams& p, const Tensor& 
   if (D) check_arg(*D, "D", u, in.acc, {dim}, "(dim,)");
   if (delta_bias) check_arg(*delta_bias, "delta_bias", u, in.acc, {dim}, "(dim,)");
   std::vector<int64_t> segment_of;
-  const int64_t segments = check_cu_seqlens(cu_seqlens, cuts, u, segment_of);
-  in.state_shape = cu_seqlens ? std::vector<int64_t>{batch, dim, segments, states}
+  check_cu_seqlens(p, cu_seqlens, cuts, u, in.copies, segment_of);
+  in.state_shape = cu_seqlens ? std::vector<int64_t>{batch, dim, p.segments, states}
                               : std::vector<int64_t>{batch, dim, states};
   if (initial_state)
     check_arg(*initial_state, "initial_state", u, in.acc, in.state_shape,
@@ -192,7 +201,6 @@ inline SelectiveInputs check_selective_inputs(SelectiveParams& p, const Tensor& 
   p.cuts = cuts_of(cuts, u, "u", 2, false);
   STD_TORCH_CHECK(!cuts || !initial_state || cu_seqlens, "linrec: cuts and initial_state exclude each other "
                                                          "unless cu_seqlens gives a state a segment");
-  p.segments = segments;
   in.segment_of = std::move(segment_of);  // moving the inputs keeps its buffer, which p points into
   if (!in.segment_of.empty()) p.segment_of = in.segment_of.data();
   return in;

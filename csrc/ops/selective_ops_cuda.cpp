@@ -54,19 +54,11 @@ void run_selective(Call& call, const Tensor& out, int64_t steps_per_thread, int6
   launch(call.p, call.inputs.storage, config, current_stream(out));
 }
 
-// Packed sequences (cuts) run on the CPU kernels and in Triton; these kernels do not take them yet.
-inline void refuse_cuts(const SelectiveParams& p) {
-  STD_TORCH_CHECK(!p.cuts, "linrec: the selective scan's CUDA kernels take no cuts (packed sequences) yet; "
-                           "linrec.selective_scan(..., cu_seqlens=...) runs the Triton implementation on CUDA tensors");
-}
-
 struct CudaSelectiveKernels {
   static void fwd(SelectiveFwdCall& call, int64_t steps_per_thread, int64_t warps) {
-    refuse_cuts(call.p);
     run_selective(call, call.y, steps_per_thread, warps, false, cuda_selective_fwd);
   }
   static void bwd(SelectiveBwdCall& call, int64_t steps_per_thread, int64_t warps) {
-    refuse_cuts(call.p);
     run_selective(call, call.d_u, steps_per_thread, warps, true, cuda_selective_bwd);
   }
 };

@@ -9,12 +9,11 @@ devices the build has kernels for), or the Triton implementation on other CUDA d
 
 from __future__ import annotations
 
-import importlib.util
 import numbers
 
 import torch
 
-from ._backend import cuda_backend, forced_backend
+from ._backend import cuda_backend
 from ._segments import check_cu_seqlens, cut_flags
 from ._selective_ops import COMPILED, TRITON
 
@@ -108,9 +107,9 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
             int64 tensor [0, e1, ..., length] on u's device; segment k is steps cu_seqlens[k] ..
             cu_seqlens[k+1]-1, scanned on its own (in reverse too) from initial_state[:, :, k]
             (or zero), and its last state is the one its last step in scan order leaves (an empty
-            segment's is its initial state). Runs on the CPU kernel, and in Triton on CUDA
-            tensors (the compiled CUDA kernels take no cuts yet). Its values are checked on CPU
-            tensors only.
+            segment's is its initial state). Its values are checked on CPU tensors only: on
+            CUDA that would wait for the device, so a wrong cu_seqlens there gives wrong
+            results (the kernels never read or write outside the tensors).
 
     Returns:
         y, (batch, channels, length) in u's dtype; with return_last_state, (y, last_state),
@@ -124,7 +123,7 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
         ValueError: a wrong type, dtype, device or shape, naming the argument.
 
     On CUDA tensors the compiled kernels run when the build has them for the device, the
-    Triton implementation otherwise (LINREC_BACKEND=cuda|triton forces one), and with cu_seqlens.
+    Triton implementation otherwise (LINREC_BACKEND=cuda|triton forces one).
     """
     delta_softplus = _check_flag("delta_softplus", delta_softplus)
     return_last_state = _check_flag("return_last_state", return_last_state)
@@ -182,14 +181,7 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
 
     tensors = (u, delta, A, B, C, D, z, delta_bias, initial_state)
     index = u_device.index if u_device.index is not None else (torch.cuda.current_device() if u.is_cuda else 0)
-    if u.is_cuda and (cuts is not None or cuda_backend(index) == "triton"):
-        if cuts is not None and forced_backend() == "cuda":
-            raise ValueError("linrec: cu_seqlens on CUDA tensors runs the selective scan in Triton (the compiled CUDA "
-                             "kernels take no packed sequences yet), and LINREC_BACKEND=cuda forbids it; unset "
-                             "LINREC_BACKEND to run it")
-        if cuts is not None and importlib.util.find_spec("triton") is None:
-            raise ValueError("linrec: selective_scan with cu_seqlens on CUDA tensors runs the Triton implementation "
-                             "(the compiled CUDA kernels take no packed sequences yet), and Triton is not installed")
+    if u.is_cuda and cuda_backend(index) == "triton":
         route, config = TRITON, (delta_softplus, reverse, cuts, cu_seqlens)
     else:
         route, config = COMPILED, (delta_softplus, reverse, 0, 0)  # steps_per_thread, warps: the automatic config

@@ -11,10 +11,15 @@ constexpr int bwd_threads_per_sm(int steps_per_thread) { return steps_per_thread
 // Shared memory of the backward: per warp and state, A * log2(e), A, the gradient flowing
 // into the chunk from the one after, the chunk's first state, and the sums over steps of the
 // gradients of A and of per-channel B and C; then, where the block's warps add their d_B and
-// d_C (block_sums), two turns of a [kWarps][B, C][chunk] tile.
+// d_C (block_sums), two turns of a [kWarps][B, C][chunk] tile; then per warp its lanes' segment
+// slots (LaneCuts).
 template <typename Acc> constexpr size_t bwd_shared_per_warp(int64_t states) { return 7 * states * sizeof(Acc); }
 template <typename Acc, int K, int kWarps> constexpr size_t bwd_sums_bytes() {
   return 2 * kWarps * 2 * 32 * K * sizeof(Acc);
+}
+template <typename Acc, int K, int kWarps> __host__ __device__ size_t bwd_shared_bytes(const SelectiveParams& p, bool block_sums) {
+  return kWarps * bwd_shared_per_warp<Acc>(p.states) + (block_sums ? bwd_sums_bytes<Acc, K, kWarps>() : 0) +
+         kWarps * segment_slot_bytes<K>(p);
 }
 
 // What a warp of the backward reads once, and its shared memory.
@@ -33,6 +38,7 @@ struct BwdWarp {
   Acc* dB_sum;
   Acc* dC_sum;
   Acc* sums;         // the block's [turn][warp][B, C][chunk] tile, where block_sums
+  int32_t* segment_slots;  // the lane's LaneCuts slots, where the call has a state a segment
   Acc bias, D;
   int lane, warp;
   bool block_sums;
@@ -40,7 +46,7 @@ struct BwdWarp {
 
 // The chunks of one channel, last to first; returns the channel's sums of d_D and d_delta_bias
 // (this lane's part).
-template <bool kReverse, bool kTiled, typename V, typename BCT, int K, int kWarps>
+template <bool kReverse, bool kTiled, bool kCuts, typename V, typename BCT, int K, int kWarps>
 __device__ __forceinline__ void backward_chunks(const BwdWarp<V, BCT, K, kWarps>& w, acc_t<V>& dD_part,
                                                 acc_t<V>& dbias_part) {
   using Acc = acc_t<V>;
@@ -59,6 +65,8 @@ __device__ __forceinline__ void backward_chunks(const BwdWarp<V, BCT, K, kWarps>
     }
     LaneSteps<V, Acc, K> s;
     s.template load<kReverse>(p, w.vec, ch.b, ch.d, t0, w.bias);
+    LaneCuts<K> cuts;  // no marks without cuts: their code folds away
+    if constexpr (kCuts) cuts.template load<kReverse>(p, t0, w.segment_slots);
     Acc g[K];  // the gradient of the output before the gate, d_y * silu(z)
     {
       Acc z[K];
@@ -82,14 +90,24 @@ __device__ __forceinline__ void backward_chunks(const BwdWarp<V, BCT, K, kWarps>
       const Acc sA = w.scaled_A[n], An = w.A[n];
       Acc Bn[K], Cn[K], a[K], h[K];
       load_state<kReverse, kTiled>(w.bc.B, at_B, ch, n, L, t0, Bn);
+      // A step that begins a segment: a * (the segment's initial state), the state it adds in
+      // place of a * h[t-1] (its a then reads as 0: no state nor gradient passes it).
+      const auto entering = [&](int i) {
+        return p.segments && p.initial
+                   ? Decay<Acc>::of(s.dt[i], sA) *
+                         static_cast<const Acc*>(p.initial)[segment_state(p, ch.row, w.segment_slots[i], n)]
+                   : Acc(0);
+      };
       // The states, replayed from the chunk's first.
       Acc pb = 0;
 #pragma unroll
       for (int i = 0; i < K; ++i) {
-        a[i] = Decay<Acc>::of(s.dt[i], sA);
+        a[i] = cuts.begins_at(i) ? Acc(0) : Decay<Acc>::of(s.dt[i], sA);
         pb = a[i] * pb + s.dtu[i] * Bn[i];
+        if (cuts.begins_at(i)) pb += entering(i);
       }
-      const Acc decay_all = Decay<Acc>::of(s.dt_sum, sA);  // the product of the lane's a
+      // The product of the lane's a.
+      const Acc decay_all = cuts.any_begins() ? Acc(0) : Decay<Acc>::of(s.dt_sum, sA);
       Acc pa = decay_all;
       const Acc first = lane == 0 ? w.chunk_start[n] : Acc(0);
       if (lane == 0) pb += pa * first;
@@ -99,14 +117,23 @@ __device__ __forceinline__ void backward_chunks(const BwdWarp<V, BCT, K, kWarps>
       {
         Acc state = h_before;
 #pragma unroll
-        for (int i = 0; i < K; ++i) h[i] = state = a[i] * state + s.dtu[i] * Bn[i];
+        for (int i = 0; i < K; ++i) {
+          h[i] = state = a[i] * state + s.dtu[i] * Bn[i];
+          if (cuts.begins_at(i)) h[i] = state = state + entering(i);
+        }
       }
+      // A step that ends a segment adds the gradient of its last state to its own.
+      const auto d_last = [&](int i) {
+        return p.segments && cuts.ends_at(i) && p.d_last_state
+                   ? static_cast<const Acc*>(p.d_last_state)[segment_state(p, ch.row, w.segment_slots[i], n)]
+                   : Acc(0);
+      };
       // The state gradients dh[t] = C[t] g[t] + a[t+1] dh[t+1]: each lane maps cin (a[t+1] dh[t+1]
       // of the step after its last) to a[0] dh[0] = decay_all * cin + qb.
       load_state<kReverse, kTiled>(w.bc.C, at_C, ch, n, L, t0, Cn);
       Acc qb = 0;
 #pragma unroll
-      for (int i = K - 1; i >= 0; --i) qb = a[i] * (Cn[i] * g[i] + qb);
+      for (int i = K - 1; i >= 0; --i) qb = a[i] * (Cn[i] * g[i] + qb + d_last(i));
       Acc qa = decay_all;
       const Acc after = lane == 31 ? w.dh_carry[n] : Acc(0);
       if (lane == 31) qb += qa * after;
@@ -119,10 +146,15 @@ __device__ __forceinline__ void backward_chunks(const BwdWarp<V, BCT, K, kWarps>
       Acc dA_part = 0, dB_part = 0, dC_part = 0, dB[K], dC[K];
 #pragma unroll
       for (int i = K - 1; i >= 0; --i) {
-        const Acc dh = Cn[i] * g[i] + cin;
+        const Acc dh = Cn[i] * g[i] + cin + d_last(i);
         cin = a[i] * dh;
         q[i] += dh * Bn[i];
-        const Acc dw = dh * (i > 0 ? h[i - 1] : h_before) * a[i];  // d / d(dt * A) of the step
+        // d / d(dt * A) of the step: dh * a * (the state entering it); where a segment begins
+        // that is its initial state, and a * it is what h[t] adds to dt * u * B.
+        const Acc dw = dh * (cuts.begins_at(i) ? h[i] - s.dtu[i] * Bn[i] : (i > 0 ? h[i - 1] : h_before) * a[i]);
+        if (p.segments && cuts.begins_at(i))
+          static_cast<Acc*>(p.d_initial)[segment_state(p, ch.row, w.segment_slots[i], n)] =
+              dh * Decay<Acc>::of(s.dt[i], sA);
         r[i] += dw * An;
         dA_part += dw * s.dt[i];
         dB[i] = dh * s.dtu[i];
@@ -192,7 +224,8 @@ __device__ __forceinline__ void backward_chunks(const BwdWarp<V, BCT, K, kWarps>
   }
 }
 
-template <typename V, typename BCT, int K, int kWarps>
+// kCuts: packed sequences (p.cuts), a kernel of their own, as the forward's.
+template <typename V, typename BCT, int K, int kWarps, bool kCuts>
 __global__ void __launch_bounds__(32 * kWarps, bwd_threads_per_sm(K) / (32 * kWarps))
     selective_bwd_kernel(const SelectiveGradParams p, VectorRows vec, bool block_sums, bool tiled) {
   using Acc = acc_t<V>;
@@ -204,8 +237,11 @@ __global__ void __launch_bounds__(32 * kWarps, bwd_threads_per_sm(K) / (32 * kWa
   Acc* const shared = reinterpret_cast<Acc*>(dynamic_shared);
   Acc* const mine = shared + warp * 7 * N;
   Acc* const sums = shared + kWarps * 7 * N;
-  BCT* bc_tile = reinterpret_cast<BCT*>(
-      dynamic_shared + round_up_16(kWarps * bwd_shared_per_warp<Acc>(N) + (block_sums ? bwd_sums_bytes<Acc, K, kWarps>() : 0)));
+  int32_t* const segment_slots =
+      reinterpret_cast<int32_t*>(dynamic_shared + kWarps * bwd_shared_per_warp<Acc>(N) +
+                                 (block_sums ? bwd_sums_bytes<Acc, K, kWarps>() : 0)) +
+      (warp * 32 + lane) * K;
+  BCT* bc_tile = reinterpret_cast<BCT*>(dynamic_shared + round_up_16(bwd_shared_bytes<Acc, K, kWarps>(p, block_sums)));
   wait_for_prior_grid();
   const Channel<kWarps> ch(p);
   if (!ch.active) return;  // block_sums and tiled hold only where every warp of a block has a channel
@@ -213,29 +249,30 @@ __global__ void __launch_bounds__(32 * kWarps, bwd_threads_per_sm(K) / (32 * kWa
                                          {p.C, p.c_strides, p.c_per_step, vec.bc},
                                          bc_tile, bc_tile + N * kChunk};
   const BwdWarp<V, BCT, K, kWarps> w{p, vec, ch, bc, mine, mine + N, mine + 2 * N, mine + 3 * N, mine + 4 * N,
-                                     mine + 5 * N, mine + 6 * N, sums,
+                                     mine + 5 * N, mine + 6 * N, sums, segment_slots,
                                      p.delta_bias ? static_cast<const Acc*>(p.delta_bias)[ch.d] : Acc(0),
                                      p.D ? static_cast<const Acc*>(p.D)[ch.d] : Acc(0), lane, warp, block_sums};
   for (int n = lane; n < N; n += 32) {
     const Acc A = static_cast<const Acc*>(p.A)[ch.d * N + n];
     mine[n] = A * Decay<Acc>::kScale;
     mine[N + n] = A;
-    w.dh_carry[n] = p.d_last_state ? static_cast<const Acc*>(p.d_last_state)[ch.row * N + n] : Acc(0);
+    // With a state a segment, the last step ends one and adds its own.
+    w.dh_carry[n] = p.d_last_state && !p.segments ? static_cast<const Acc*>(p.d_last_state)[ch.row * N + n] : Acc(0);
     w.dA_sum[n] = w.dB_sum[n] = w.dC_sum[n] = 0;
   }
   __syncwarp();
   Acc dD_part = 0, dbias_part = 0;
   if (p.reverse) {
-    if (tiled) backward_chunks<true, true>(w, dD_part, dbias_part);
-    else backward_chunks<true, false>(w, dD_part, dbias_part);
+    if (tiled) backward_chunks<true, true, kCuts>(w, dD_part, dbias_part);
+    else backward_chunks<true, false, kCuts>(w, dD_part, dbias_part);
   } else {
-    if (tiled) backward_chunks<false, true>(w, dD_part, dbias_part);
-    else backward_chunks<false, false>(w, dD_part, dbias_part);
+    if (tiled) backward_chunks<false, true, kCuts>(w, dD_part, dbias_part);
+    else backward_chunks<false, false, kCuts>(w, dD_part, dbias_part);
   }
   // Per channel: the gradient entering the scan, and the sums over the steps.
   __syncwarp();
   for (int n = lane; n < N; n += 32) {
-    static_cast<Acc*>(p.d_initial)[ch.row * N + n] = w.dh_carry[n];
+    if (!p.segments) static_cast<Acc*>(p.d_initial)[ch.row * N + n] = w.dh_carry[n];  // else at each segment's first step
     atomicAdd(static_cast<Acc*>(p.d_A) + ch.d * N + n, w.dA_sum[n]);
     if (!p.b_per_step) atomicAdd(static_cast<Acc*>(p.d_B) + ch.d * N + n, w.dB_sum[n]);
     if (!p.c_per_step) atomicAdd(static_cast<Acc*>(p.d_C) + ch.d * N + n, w.dC_sum[n]);

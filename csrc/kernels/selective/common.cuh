@@ -119,4 +119,59 @@ struct LaneSteps {
   }
 };
 
+// Packed sequences (p.cuts): which of a lane's K steps begin a segment in scan order (the
+// state entering them is the segment's initial state, or 0) and which end one (the last step,
+// or the one before a cut), as bit masks in one register (the backward has none to spare).
+// With a state a segment (p.segments), each such step's segment goes in the lane's K slots of
+// shared memory: looked up once a chunk, read once a state.
+template <int K>
+struct LaneCuts {
+  static_assert(K <= 16, "two masks of K bits in 32");
+  uint32_t marks = 0;  // bit i: step i begins a segment; bit 16 + i: it ends one
+
+  template <bool kReverse>
+  __device__ __forceinline__ void load(const SelectiveParams& p, int64_t t0, int32_t* slots) {
+    if (!p.cuts) return;
+    const int64_t L = p.seq_len;
+    const auto cut = [&](int64_t t) { return t < L && p.cuts[position<kReverse>(L, t)] != 0; };
+    bool next = cut(t0);
+#pragma unroll
+    for (int i = 0; i < K; ++i) {
+      if (next) marks |= 1u << i;
+      next = cut(t0 + i + 1);
+      if (t0 + i < L && (next || t0 + i + 1 == L)) marks |= 1u << (16 + i);
+    }
+    if (!p.segments) return;
+#pragma unroll
+    for (int i = 0; i < K; ++i)
+      if (begins_at(i) || ends_at(i)) slots[i] = segment_at(p, position<kReverse>(L, t0 + i));
+  }
+
+  __device__ __forceinline__ bool any_begins() const { return marks & 0xffffu; }
+  __device__ __forceinline__ bool begins_at(int i) const { return marks >> i & 1; }
+  __device__ __forceinline__ bool ends_at(int i) const { return marks >> (16 + i) & 1; }
+
+  // The segment holding position l: the last k < segments with cu_seqlens[k] <= l (an empty
+  // segment starts where the next one does, so the search passes it).
+  __device__ static int32_t segment_at(const SelectiveParams& p, int64_t l) {
+    int64_t lo = 0, hi = p.segments - 1;
+    while (lo < hi) {
+      const int64_t mid = (lo + hi + 1) / 2;
+      if (p.cu_seqlens[mid] <= l) lo = mid;
+      else hi = mid - 1;
+    }
+    return int32_t(lo);
+  }
+};
+
+// Shared memory for LaneCuts' slots: a warp's, where the call has a state a segment.
+template <int K> __host__ __device__ inline size_t segment_slot_bytes(const SelectiveParams& p) {
+  return p.segments ? 32 * K * sizeof(int32_t) : 0;
+}
+
+// Where a channel's state n of segment k is in initial, last_state and their gradients.
+__device__ __forceinline__ int64_t segment_state(const SelectiveParams& p, int64_t row, int32_t k, int n) {
+  return (row * p.segments + k) * p.states + n;
+}
+
 }  // namespace linrec::selective

@@ -8,8 +8,11 @@ namespace linrec::selective {
 // (128 registers at 8 steps a thread; ptxas -v).
 constexpr int kFwdThreadsPerSM = 512;
 
-// Shared memory of a warp: per state, A * log2(e) and the state entering the chunk.
-template <typename Acc> constexpr size_t fwd_shared_per_warp(int64_t states) { return 2 * states * sizeof(Acc); }
+// Shared memory of the forward's warps: per warp and state, A * log2(e) and the state entering
+// the chunk; then per warp its lanes' segment slots (LaneCuts).
+template <typename Acc, int K, int kWarps> __host__ __device__ size_t fwd_shared_bytes(const SelectiveParams& p) {
+  return kWarps * (2 * p.states * sizeof(Acc) + segment_slot_bytes<K>(p));
+}
 
 // What a warp of the forward reads once.
 template <typename V, typename BCT, int K, int kWarps>
@@ -21,12 +24,13 @@ struct FwdWarp {
   const BCSource<BCT, Acc, K, kWarps>& bc;
   const Acc* scaled_A;
   Acc* carry;  // per state, the state entering the chunk: lane 0 alone reads and writes it
+  int32_t* segment_slots;  // the lane's LaneCuts slots, where the call has a state a segment
   Acc bias, D;
   int lane;
 };
 
 // The chunks of one channel, first to last.
-template <bool kReverse, bool kTiled, typename V, typename BCT, int K, int kWarps>
+template <bool kReverse, bool kTiled, bool kCuts, typename V, typename BCT, int K, int kWarps>
 __device__ __forceinline__ void forward_chunks(const FwdWarp<V, BCT, K, kWarps>& w) {
   using Acc = acc_t<V>;
   constexpr int kChunk = 32 * K;
@@ -42,6 +46,8 @@ __device__ __forceinline__ void forward_chunks(const FwdWarp<V, BCT, K, kWarps>&
     }
     LaneSteps<V, Acc, K> s;
     s.template load<kReverse>(p, w.vec, ch.b, ch.d, t0, w.bias);
+    LaneCuts<K> cuts;  // no marks without cuts: their code folds away
+    if constexpr (kCuts) cuts.template load<kReverse>(p, t0, w.segment_slots);
     if constexpr (kTiled) w.bc.finish_chunk();
     // A lane whose first step starts a checkpoint span saves the states entering it.
     Acc* checkpoint = t0 % kCheckpointSteps == 0 && t0 < L
@@ -60,9 +66,21 @@ __device__ __forceinline__ void forward_chunks(const FwdWarp<V, BCT, K, kWarps>&
       for (int i = 0; i < K; ++i) {
         a[i] = Decay<Acc>::of(s.dt[i], sA);
         bu[i] = s.dtu[i] * Bn[i];
-        pb = a[i] * pb + bu[i];
       }
-      Acc pa = Decay<Acc>::of(s.dt_sum, sA);  // the product of the lane's a: one exponential, not K products
+      // A step that begins a segment maps any state to a * (its initial state) + b.
+      if (cuts.any_begins()) {
+#pragma unroll
+        for (int i = 0; i < K; ++i) {
+          if (!cuts.begins_at(i)) continue;
+          if (p.segments && p.initial)
+            bu[i] += a[i] * static_cast<const Acc*>(p.initial)[segment_state(p, ch.row, w.segment_slots[i], n)];
+          a[i] = 0;
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < K; ++i) pb = a[i] * pb + bu[i];
+      // The product of the lane's a: one exponential, not K products.
+      Acc pa = cuts.any_begins() ? Acc(0) : Decay<Acc>::of(s.dt_sum, sA);
       const Acc entering_chunk = lane == 0 ? w.carry[n] : Acc(0);
       if (lane == 0) pb += pa * entering_chunk;
       scan_maps<false>(pa, pb, lane);
@@ -75,6 +93,8 @@ __device__ __forceinline__ void forward_chunks(const FwdWarp<V, BCT, K, kWarps>&
       for (int i = 0; i < K; ++i) {
         h = a[i] * h + bu[i];
         y[i] += Cn[i] * h;
+        if (p.segments && cuts.ends_at(i))
+          static_cast<Acc*>(p.last_state)[segment_state(p, ch.row, w.segment_slots[i], n)] = h;
       }
       const Acc leaving_chunk = __shfl_sync(kFullMask, pb, 31);
       if (lane == 0) w.carry[n] = leaving_chunk;
@@ -91,7 +111,9 @@ __device__ __forceinline__ void forward_chunks(const FwdWarp<V, BCT, K, kWarps>&
   }
 }
 
-template <typename V, typename BCT, int K, int kWarps>
+// kCuts: packed sequences (p.cuts), a kernel of their own, so that the one without keeps its
+// registers (those with spill a few bytes at most).
+template <typename V, typename BCT, int K, int kWarps, bool kCuts>
 __global__ void __launch_bounds__(32 * kWarps, kFwdThreadsPerSM / (32 * kWarps))
     selective_fwd_kernel(const SelectiveParams p, VectorRows vec, bool tiled) {
   using Acc = acc_t<V>;
@@ -102,7 +124,9 @@ __global__ void __launch_bounds__(32 * kWarps, kFwdThreadsPerSM / (32 * kWarps))
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   Acc* scaled_A = reinterpret_cast<Acc*>(dynamic_shared) + warp * 2 * N;
   Acc* carry = scaled_A + N;
-  BCT* tile = reinterpret_cast<BCT*>(dynamic_shared + round_up_16(kWarps * fwd_shared_per_warp<Acc>(N)));
+  int32_t* segment_slots = reinterpret_cast<int32_t*>(dynamic_shared + kWarps * 2 * N * sizeof(Acc)) +
+                           (warp * 32 + lane) * K;
+  BCT* tile = reinterpret_cast<BCT*>(dynamic_shared + round_up_16(fwd_shared_bytes<Acc, K, kWarps>(p)));
   wait_for_prior_grid();
   const Channel<kWarps> ch(p);
   if (!ch.active) return;  // tiled holds only where every warp of a block has a channel
@@ -111,19 +135,21 @@ __global__ void __launch_bounds__(32 * kWarps, kFwdThreadsPerSM / (32 * kWarps))
                                          tile, tile + N * kChunk};
   for (int n = lane; n < N; n += 32) {
     scaled_A[n] = static_cast<const Acc*>(p.A)[ch.d * N + n] * Decay<Acc>::kScale;
-    carry[n] = p.initial ? static_cast<const Acc*>(p.initial)[ch.row * N + n] : Acc(0);
+    // With a state a segment, the first step begins one and reads its own.
+    carry[n] = p.initial && !p.segments ? static_cast<const Acc*>(p.initial)[ch.row * N + n] : Acc(0);
   }
   __syncwarp();
-  const FwdWarp<V, BCT, K, kWarps> w{p, vec, ch, bc, scaled_A, carry,
+  const FwdWarp<V, BCT, K, kWarps> w{p, vec, ch, bc, scaled_A, carry, segment_slots,
                                      p.delta_bias ? static_cast<const Acc*>(p.delta_bias)[ch.d] : Acc(0),
                                      p.D ? static_cast<const Acc*>(p.D)[ch.d] : Acc(0), lane};
   if (p.reverse) {
-    if (tiled) forward_chunks<true, true>(w);
-    else forward_chunks<true, false>(w);
+    if (tiled) forward_chunks<true, true, kCuts>(w);
+    else forward_chunks<true, false, kCuts>(w);
   } else {
-    if (tiled) forward_chunks<false, true>(w);
-    else forward_chunks<false, false>(w);
+    if (tiled) forward_chunks<false, true, kCuts>(w);
+    else forward_chunks<false, false, kCuts>(w);
   }
+  if (p.segments) return;  // each segment's last state is written at its last step
   __syncwarp();
   for (int n = lane; n < N; n += 32) static_cast<Acc*>(p.last_state)[ch.row * N + n] = carry[n];
 }
