@@ -4,7 +4,8 @@ Each case times linrec.selective_scan and, where it imports, mamba_ssm's selecti
 same inputs in the same run (Mamba's call: per-step B and C, D, z, delta_bias, softplus):
 forward and forward+backward, from a CUDA graph (device time) and eagerly, and the peak memory
 of one forward+backward above the inputs. Inputs rotate through enough copies to exceed L2.
-Two limits put the times in context:
+One more case packs 32768 tokens into segments of log-uniform lengths in 64..8192 (cu_seqlens,
+a state a segment), against the same tokens as one sequence. Two limits put the times in context:
 - memory: the bytes a fused kernel must move (forward: u, delta, z, B, C read, y written;
   the backward reads those and d_y and writes their gradients) over the copy bandwidth;
 - exp: batch * dim * N * L exponentials (twice that with the backward, which needs them
@@ -13,6 +14,7 @@ Two limits put the times in context:
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 import subprocess
@@ -26,6 +28,7 @@ from ._timing import device_ms, eager_ms
 # (batch, dim, N, L): Mamba-130m's width at 2 x 2048 tokens, Mamba-1.4b's at 8 x 2048, and one
 # long sequence.
 SHAPES = [(2, 1536, 16, 2048), (8, 3072, 16, 2048), (1, 2048, 16, 65536)]
+PACKED_SHAPE = (1, 2048, 16, 32768)  # packed as linrec.bench's varlen cases
 EXP_PER_CLOCK_PER_SM = 16
 
 
@@ -110,6 +113,7 @@ def time_impl(scan, sets, reps):
 def run(reps: int = 20, dtypes=(torch.bfloat16, torch.float32)) -> list[dict]:
     from . import selective_scan
     from ._timing import copy_bandwidth_gbs
+    from .bench import log_uniform_segments
 
     props = torch.cuda.get_device_properties(0)
     copy = copy_bandwidth_gbs()
@@ -119,9 +123,13 @@ def run(reps: int = 20, dtypes=(torch.bfloat16, torch.float32)) -> list[dict]:
     peer = mamba_selective_scan()
     if peer is not None:
         impls["mamba_ssm"] = peer
+    cu = log_uniform_segments(PACKED_SHAPE[3], 64, 8192).cuda()
+    packed_impls = {"linrec": selective_scan,
+                    "linrec cu_seqlens": functools.partial(selective_scan, cu_seqlens=cu)}
     rows = []
     for dtype in dtypes:
-        for batch, dim, states, length in SHAPES:
+        for shape in SHAPES + [PACKED_SHAPE]:
+            batch, dim, states, length = shape
             first = make_inputs(batch, dim, states, length, dtype)
             first["d_y"] = torch.randn_like(first["u"])
             set_bytes = sum(t.numel() * t.element_size() for t in first.values())
@@ -132,10 +140,11 @@ def run(reps: int = 20, dtypes=(torch.bfloat16, torch.float32)) -> list[dict]:
             fwd_bytes = (4 * bdl + 2 * bnl) * size
             both_bytes = fwd_bytes + (7 * bdl + 4 * bnl) * size
             exps = batch * dim * states * length
-            for name, scan in impls.items():
+            for name, scan in (packed_impls if shape == PACKED_SHAPE else impls).items():
                 fwd, fwd_eager, both, both_eager, peak = time_impl(scan, sets, reps)
                 rows.append(dict(impl=name, dtype=str(dtype).removeprefix("torch."), batch=batch, dim=dim,
-                                 states=states, length=length, fwd_ms=fwd, fwd_eager_ms=fwd_eager,
+                                 states=states, length=length, segments=len(cu) - 1 if "cu_seqlens" in name else 1,
+                                 fwd_ms=fwd, fwd_eager_ms=fwd_eager,
                                  fwd_bwd_ms=both, fwd_bwd_eager_ms=both_eager, fwd_bwd_peak_mib=peak,
                                  memory_limit_fwd_ms=fwd_bytes / copy / 1e6,
                                  memory_limit_fwd_bwd_ms=both_bytes / copy / 1e6,
@@ -148,17 +157,23 @@ def run(reps: int = 20, dtypes=(torch.bfloat16, torch.float32)) -> list[dict]:
         if peer_row is not None:
             for key in ("fwd_ms", "fwd_bwd_ms", "fwd_bwd_peak_mib"):
                 row[f"{key}_vs_mamba_ssm"] = row[key] / peer_row[key]
+        one_sequence = next((r for r in rows if r["impl"] == "linrec" and r["segments"] == 1 and all(
+            r[k] == row[k] for k in ("dtype", "batch", "dim", "states", "length"))), None)
+        if row["segments"] > 1 and one_sequence is not None:  # packed against the same tokens unpacked
+            for key in ("fwd_ms", "fwd_bwd_ms"):
+                row[f"{key}_vs_one_sequence"] = row[key] / one_sequence[key]
     return rows
 
 
 def print_table(rows) -> None:
-    print(f"{'impl':<10}{'dtype':<10}{'(batch, dim, N, L)':<24}{'fwd ms':>8}{'eager':>8}{'f+b ms':>8}{'eager':>8}"
+    # The /peer columns: against mamba_ssm, and for a packed row against the same tokens unpacked.
+    print(f"{'impl':<19}{'dtype':<10}{'(batch, dim, N, L)':<24}{'fwd ms':>8}{'eager':>8}{'f+b ms':>8}{'eager':>8}"
           f"{'MiB':>7}{'fwd/peer':>9}{'f+b/peer':>9}{'MiB/peer':>9}{'mem lim':>9}{'exp lim':>9}")
     for r in rows:
         shape = f"({r['batch']}, {r['dim']}, {r['states']}, {r['length']})"
-        ratios = "".join(f"{r.get(k + '_vs_mamba_ssm', float('nan')):>9.2f}"
+        ratios = "".join(f"{r.get(k + '_vs_mamba_ssm', r.get(k + '_vs_one_sequence', float('nan'))):>9.2f}"
                          for k in ("fwd_ms", "fwd_bwd_ms", "fwd_bwd_peak_mib"))
         exp_limit = r["exp_limit_fwd_ms"] or float("nan")
-        print(f"{r['impl']:<10}{r['dtype']:<10}{shape:<24}{r['fwd_ms']:>8.3f}{r['fwd_eager_ms']:>8.3f}"
+        print(f"{r['impl']:<19}{r['dtype']:<10}{shape:<24}{r['fwd_ms']:>8.3f}{r['fwd_eager_ms']:>8.3f}"
               f"{r['fwd_bwd_ms']:>8.3f}{r['fwd_bwd_eager_ms']:>8.3f}{r['fwd_bwd_peak_mib']:>7.0f}{ratios}"
               f"{r['memory_limit_fwd_ms']:>9.3f}{exp_limit:>9.3f}")
