@@ -307,6 +307,7 @@ def test_gpu_families_take_cuts(reverse, storage):
             return dx, dc / c if log else dc  # the gradient of log c is c times that of c
 
         check_ops_with_cuts(fwd, bwd, shape, dim, values, coeffs, reverse, segments, tol, "cuda")
+    pytest.importorskip("linrec.impl.triton")  # registers the Triton ops
     check_ops_with_cuts(lambda x, c, cuts: torch.ops.linrec.triton_fwd(x, c, None, 1, reverse, True, False, cuts),
                         lambda g, c, y, cuts: torch.ops.linrec.triton_bwd(g, c, y, None, 1, reverse, True, False, cuts),
                         (3, 9001), 1, values, coeffs, reverse, 40, tol, "cuda")
