@@ -86,117 +86,131 @@ __device__ __forceinline__ void backward_chunks(const BwdWarp<V, BCT, K, kWarps>
 
     const BCT* at_B = w.bc.template lane_tile<kReverse>(false, lane);  // walk the tiles' states
     const BCT* at_C = w.bc.template lane_tile<kReverse>(true, lane);
-    for (int n = 0; n < N; ++n, at_B += kChunk, at_C += kChunk) {
-      const Acc sA = w.scaled_A[n], An = w.A[n];
-      Acc Bn[K], Cn[K], a[K], h[K];
-      load_state<kReverse, kTiled>(w.bc.B, at_B, ch, n, L, t0, Bn);
-      // A step that begins a segment: a * (the segment's initial state), the state it adds in
-      // place of a * h[t-1] (its a then reads as 0: no state nor gradient passes it).
-      const auto entering = [&](int i) {
-        return p.segments && p.initial
-                   ? Decay<Acc>::of(s.dt[i], sA) *
-                         static_cast<const Acc*>(p.initial)[segment_state(p, ch.row, w.segment_slots[i], n)]
-                   : Acc(0);
-      };
-      // The states, replayed from the chunk's first.
-      Acc pb = 0;
-#pragma unroll
-      for (int i = 0; i < K; ++i) {
-        a[i] = cuts.begins_at(i) ? Acc(0) : Decay<Acc>::of(s.dt[i], sA);
-        pb = a[i] * pb + s.dtu[i] * Bn[i];
-        if (cuts.begins_at(i)) pb += entering(i);
-      }
-      // The product of the lane's a.
-      const Acc decay_all = cuts.any_begins() ? Acc(0) : Decay<Acc>::of(s.dt_sum, sA);
-      Acc pa = decay_all;
-      const Acc first = lane == 0 ? w.chunk_start[n] : Acc(0);
-      if (lane == 0) pb += pa * first;
-      scan_maps<false>(pa, pb, lane);
-      Acc h_before = __shfl_up_sync(kFullMask, pb, 1);
-      if (lane == 0) h_before = first;
-      {
-        Acc state = h_before;
+    // The states, one after another. A warp with no segment edge in this chunk (nearly all of
+    // them) takes the loop without the cut code, its marks a constant 0; where the block's
+    // warps add their d_B and d_C (a barrier a state), the whole block takes one loop.
+    const auto states = [&]<bool kMarked>() {
+      LaneCuts<K> m;
+      if constexpr (kMarked) m = cuts;
+      for (int n = 0; n < N; ++n, at_B += kChunk, at_C += kChunk) {
+        const Acc sA = w.scaled_A[n], An = w.A[n];
+        Acc Bn[K], Cn[K], a[K], h[K];
+        load_state<kReverse, kTiled>(w.bc.B, at_B, ch, n, L, t0, Bn);
+        // A step that begins a segment: a * (the segment's initial state), the state it adds in
+        // place of a * h[t-1] (its a then reads as 0: no state nor gradient passes it).
+        const auto entering = [&](int i) {
+          return p.segments && p.initial
+                     ? Decay<Acc>::of(s.dt[i], sA) *
+                           static_cast<const Acc*>(p.initial)[segment_state(p, ch.row, w.segment_slots[i], n)]
+                     : Acc(0);
+        };
+        // The states, replayed from the chunk's first.
+        Acc pb = 0;
 #pragma unroll
         for (int i = 0; i < K; ++i) {
-          h[i] = state = a[i] * state + s.dtu[i] * Bn[i];
-          if (cuts.begins_at(i)) h[i] = state = state + entering(i);
+          a[i] = m.begins_at(i) ? Acc(0) : Decay<Acc>::of(s.dt[i], sA);
+          pb = a[i] * pb + s.dtu[i] * Bn[i];
+          if (m.begins_at(i)) pb += entering(i);
         }
-      }
-      // A step that ends a segment adds the gradient of its last state to its own.
-      const auto d_last = [&](int i) {
-        return p.segments && cuts.ends_at(i) && p.d_last_state
-                   ? static_cast<const Acc*>(p.d_last_state)[segment_state(p, ch.row, w.segment_slots[i], n)]
-                   : Acc(0);
-      };
-      // The state gradients dh[t] = C[t] g[t] + a[t+1] dh[t+1]: each lane maps cin (a[t+1] dh[t+1]
-      // of the step after its last) to a[0] dh[0] = decay_all * cin + qb.
-      load_state<kReverse, kTiled>(w.bc.C, at_C, ch, n, L, t0, Cn);
-      Acc qb = 0;
+        // The product of the lane's a.
+        const Acc decay_all = m.any_begins() ? Acc(0) : Decay<Acc>::of(s.dt_sum, sA);
+        Acc pa = decay_all;
+        const Acc first = lane == 0 ? w.chunk_start[n] : Acc(0);
+        if (lane == 0) pb += pa * first;
+        scan_maps<false>(pa, pb, lane);
+        Acc h_before = __shfl_up_sync(kFullMask, pb, 1);
+        if (lane == 0) h_before = first;
+        {
+          Acc state = h_before;
 #pragma unroll
-      for (int i = K - 1; i >= 0; --i) qb = a[i] * (Cn[i] * g[i] + qb + d_last(i));
-      Acc qa = decay_all;
-      const Acc after = lane == 31 ? w.dh_carry[n] : Acc(0);
-      if (lane == 31) qb += qa * after;
-      scan_maps<true>(qa, qb, lane);
-      Acc cin = __shfl_down_sync(kFullMask, qb, 1);
-      if (lane == 31) cin = after;
-      const Acc leaving = __shfl_sync(kFullMask, qb, 0);  // into the chunk before
-      if (lane == 31) w.dh_carry[n] = leaving;
+          for (int i = 0; i < K; ++i) {
+            h[i] = state = a[i] * state + s.dtu[i] * Bn[i];
+            if (m.begins_at(i)) h[i] = state = state + entering(i);
+          }
+        }
+        // A step that ends a segment adds the gradient of its last state to its own.
+        const auto d_last = [&](int i) {
+          return p.segments && m.ends_at(i) && p.d_last_state
+                     ? static_cast<const Acc*>(p.d_last_state)[segment_state(p, ch.row, w.segment_slots[i], n)]
+                     : Acc(0);
+        };
+        // The state gradients dh[t] = C[t] g[t] + a[t+1] dh[t+1]: each lane maps cin (a[t+1] dh[t+1]
+        // of the step after its last) to a[0] dh[0] = decay_all * cin + qb.
+        load_state<kReverse, kTiled>(w.bc.C, at_C, ch, n, L, t0, Cn);
+        Acc qb = 0;
+#pragma unroll
+        for (int i = K - 1; i >= 0; --i) qb = a[i] * (Cn[i] * g[i] + qb + d_last(i));
+        Acc qa = decay_all;
+        const Acc after = lane == 31 ? w.dh_carry[n] : Acc(0);
+        if (lane == 31) qb += qa * after;
+        scan_maps<true>(qa, qb, lane);
+        Acc cin = __shfl_down_sync(kFullMask, qb, 1);
+        if (lane == 31) cin = after;
+        const Acc leaving = __shfl_sync(kFullMask, qb, 0);  // into the chunk before
+        if (lane == 31) w.dh_carry[n] = leaving;
 
-      Acc dA_part = 0, dB_part = 0, dC_part = 0, dB[K], dC[K];
+        Acc dA_part = 0, dB_part = 0, dC_part = 0, dB[K], dC[K];
 #pragma unroll
-      for (int i = K - 1; i >= 0; --i) {
-        const Acc dh = Cn[i] * g[i] + cin + d_last(i);
-        cin = a[i] * dh;
-        q[i] += dh * Bn[i];
-        // d / d(dt * A) of the step: dh * a * (the state entering it); where a segment begins
-        // that is its initial state, and a * it is what h[t] adds to dt * u * B.
-        const Acc dw = dh * (cuts.begins_at(i) ? h[i] - s.dtu[i] * Bn[i] : (i > 0 ? h[i - 1] : h_before) * a[i]);
-        if (p.segments && cuts.begins_at(i))
-          static_cast<Acc*>(p.d_initial)[segment_state(p, ch.row, w.segment_slots[i], n)] =
-              dh * Decay<Acc>::of(s.dt[i], sA);
-        r[i] += dw * An;
-        dA_part += dw * s.dt[i];
-        dB[i] = dh * s.dtu[i];
-        dC[i] = g[i] * h[i];
-        dB_part += dB[i];
-        dC_part += dC[i];
-        y_states[i] += Cn[i] * h[i];
-      }
-      dA_part = warp_sum(dA_part);
-      if (!p.b_per_step) dB_part = warp_sum(dB_part);
-      if (!p.c_per_step) dC_part = warp_sum(dC_part);
-      if (lane == 0) {
-        w.dA_sum[n] += dA_part;
-        if (!p.b_per_step) w.dB_sum[n] += dB_part;
-        if (!p.c_per_step) w.dC_sum[n] += dC_part;
-      }
-      if (!(p.b_per_step || p.c_per_step)) continue;
-      Acc* const dB_row = static_cast<Acc*>(p.d_B) + (bc_row0 + n) * L;
-      Acc* const dC_row = static_cast<Acc*>(p.d_C) + (bc_row0 + n) * L;
-      if (!w.block_sums) {
-        if (p.b_per_step) add_steps<kReverse>(dB_row, L, t0, w.vec.out, dB);
-        if (p.c_per_step) add_steps<kReverse>(dC_row, L, t0, w.vec.out, dC);
-        continue;
-      }
-      // The block's warps are channels of one group: add their parts, then once to global memory.
-      Acc* const mine = w.sums + (turn * kWarps + w.warp) * 2 * kChunk;
-#pragma unroll
-      for (int i = 0; i < K; ++i) mine[lane * K + i] = dB[i], mine[kChunk + lane * K + i] = dC[i];
-      __syncthreads();
-      constexpr int kRun = 4;  // steps a thread adds per pass
-      for (int run = threadIdx.x; run < 2 * kChunk / kRun; run += 32 * kWarps) {
-        const bool is_C = run * kRun >= kChunk;
-        if (is_C ? !p.c_per_step : !p.b_per_step) continue;
-        Acc sum[kRun] = {};
-        for (int k = 0; k < kWarps; ++k) {
-          const Acc* theirs = w.sums + (turn * kWarps + k) * 2 * kChunk + run * kRun;
-#pragma unroll
-          for (int j = 0; j < kRun; ++j) sum[j] += theirs[j];
+        for (int i = K - 1; i >= 0; --i) {
+          const Acc dh = Cn[i] * g[i] + cin + d_last(i);
+          cin = a[i] * dh;
+          q[i] += dh * Bn[i];
+          // d / d(dt * A) of the step: dh * a * (the state entering it); where a segment begins
+          // that is its initial state, and a * it is what h[t] adds to dt * u * B.
+          const Acc dw = dh * (m.begins_at(i) ? h[i] - s.dtu[i] * Bn[i] : (i > 0 ? h[i - 1] : h_before) * a[i]);
+          if (p.segments && m.begins_at(i))
+            static_cast<Acc*>(p.d_initial)[segment_state(p, ch.row, w.segment_slots[i], n)] =
+                dh * Decay<Acc>::of(s.dt[i], sA);
+          r[i] += dw * An;
+          dA_part += dw * s.dt[i];
+          dB[i] = dh * s.dtu[i];
+          dC[i] = g[i] * h[i];
+          dB_part += dB[i];
+          dC_part += dC[i];
+          y_states[i] += Cn[i] * h[i];
         }
-        add_steps<kReverse>(is_C ? dC_row : dB_row, L, chunk_t0 + run * kRun % kChunk, w.vec.out, sum);
+        dA_part = warp_sum(dA_part);
+        if (!p.b_per_step) dB_part = warp_sum(dB_part);
+        if (!p.c_per_step) dC_part = warp_sum(dC_part);
+        if (lane == 0) {
+          w.dA_sum[n] += dA_part;
+          if (!p.b_per_step) w.dB_sum[n] += dB_part;
+          if (!p.c_per_step) w.dC_sum[n] += dC_part;
+        }
+        if (!(p.b_per_step || p.c_per_step)) continue;
+        Acc* const dB_row = static_cast<Acc*>(p.d_B) + (bc_row0 + n) * L;
+        Acc* const dC_row = static_cast<Acc*>(p.d_C) + (bc_row0 + n) * L;
+        if (!w.block_sums) {
+          if (p.b_per_step) add_steps<kReverse>(dB_row, L, t0, w.vec.out, dB);
+          if (p.c_per_step) add_steps<kReverse>(dC_row, L, t0, w.vec.out, dC);
+          continue;
+        }
+        // The block's warps are channels of one group: add their parts, then once to global memory.
+        Acc* const mine = w.sums + (turn * kWarps + w.warp) * 2 * kChunk;
+#pragma unroll
+        for (int i = 0; i < K; ++i) mine[lane * K + i] = dB[i], mine[kChunk + lane * K + i] = dC[i];
+        __syncthreads();
+        constexpr int kRun = 4;  // steps a thread adds per pass
+        for (int run = threadIdx.x; run < 2 * kChunk / kRun; run += 32 * kWarps) {
+          const bool is_C = run * kRun >= kChunk;
+          if (is_C ? !p.c_per_step : !p.b_per_step) continue;
+          Acc sum[kRun] = {};
+          for (int k = 0; k < kWarps; ++k) {
+            const Acc* theirs = w.sums + (turn * kWarps + k) * 2 * kChunk + run * kRun;
+#pragma unroll
+            for (int j = 0; j < kRun; ++j) sum[j] += theirs[j];
+          }
+          add_steps<kReverse>(is_C ? dC_row : dB_row, L, chunk_t0 + run * kRun % kChunk, w.vec.out, sum);
+        }
+        turn ^= 1;  // the next state writes the other turn: one barrier a state suffices
       }
-      turn ^= 1;  // the next state writes the other turn: one barrier a state suffices
+    };
+    if constexpr (kCuts) {
+      const bool marked = w.block_sums ? __syncthreads_or(cuts.marks != 0) : __any_sync(kFullMask, cuts.marks != 0);
+      if (marked) states.template operator()<true>();
+      else states.template operator()<false>();
+    } else {
+      states.template operator()<false>();
     }
 
     Acc u[K], raw_delta[K], d_y[K], z[K], d_u[K], d_delta[K], d_z[K];

@@ -58,46 +58,58 @@ __device__ __forceinline__ void forward_chunks(const FwdWarp<V, BCT, K, kWarps>&
     for (int i = 0; i < K; ++i) y[i] = 0;
     const BCT* at_B = w.bc.template lane_tile<kReverse>(false, lane);  // walk the tiles' states
     const BCT* at_C = w.bc.template lane_tile<kReverse>(true, lane);
-    for (int n = 0; n < N; ++n, at_B += kChunk, at_C += kChunk) {
-      const Acc sA = w.scaled_A[n];
-      Acc Bn[K], a[K], bu[K], pb = 0;
-      load_state<kReverse, kTiled>(w.bc.B, at_B, ch, n, L, t0, Bn);
-#pragma unroll
-      for (int i = 0; i < K; ++i) {
-        a[i] = Decay<Acc>::of(s.dt[i], sA);
-        bu[i] = s.dtu[i] * Bn[i];
-      }
-      // A step that begins a segment maps any state to a * (its initial state) + b.
-      if (cuts.any_begins()) {
+    // The states, one after another. A warp with no segment edge in this chunk (nearly all of
+    // them) takes the loop without the cut code, its marks a constant 0.
+    const auto states = [&]<bool kMarked>() {
+      LaneCuts<K> m;
+      if constexpr (kMarked) m = cuts;
+      for (int n = 0; n < N; ++n, at_B += kChunk, at_C += kChunk) {
+        const Acc sA = w.scaled_A[n];
+        Acc Bn[K], a[K], bu[K], pb = 0;
+        load_state<kReverse, kTiled>(w.bc.B, at_B, ch, n, L, t0, Bn);
 #pragma unroll
         for (int i = 0; i < K; ++i) {
-          if (!cuts.begins_at(i)) continue;
-          if (p.segments && p.initial)
-            bu[i] += a[i] * static_cast<const Acc*>(p.initial)[segment_state(p, ch.row, w.segment_slots[i], n)];
-          a[i] = 0;
+          a[i] = Decay<Acc>::of(s.dt[i], sA);
+          bu[i] = s.dtu[i] * Bn[i];
         }
-      }
+        // A step that begins a segment maps any state to a * (its initial state) + b.
+        if (m.any_begins()) {
 #pragma unroll
-      for (int i = 0; i < K; ++i) pb = a[i] * pb + bu[i];
-      // The product of the lane's a: one exponential, not K products.
-      Acc pa = cuts.any_begins() ? Acc(0) : Decay<Acc>::of(s.dt_sum, sA);
-      const Acc entering_chunk = lane == 0 ? w.carry[n] : Acc(0);
-      if (lane == 0) pb += pa * entering_chunk;
-      scan_maps<false>(pa, pb, lane);
-      Acc h = __shfl_up_sync(kFullMask, pb, 1);
-      if (lane == 0) h = entering_chunk;
-      if (checkpoint) checkpoint[n] = h;
-      Acc Cn[K];  // loaded after the scan: fewer live registers
-      load_state<kReverse, kTiled>(w.bc.C, at_C, ch, n, L, t0, Cn);
+          for (int i = 0; i < K; ++i) {
+            if (!m.begins_at(i)) continue;
+            if (p.segments && p.initial)
+              bu[i] += a[i] * static_cast<const Acc*>(p.initial)[segment_state(p, ch.row, w.segment_slots[i], n)];
+            a[i] = 0;
+          }
+        }
 #pragma unroll
-      for (int i = 0; i < K; ++i) {
-        h = a[i] * h + bu[i];
-        y[i] += Cn[i] * h;
-        if (p.segments && cuts.ends_at(i))
-          static_cast<Acc*>(p.last_state)[segment_state(p, ch.row, w.segment_slots[i], n)] = h;
+        for (int i = 0; i < K; ++i) pb = a[i] * pb + bu[i];
+        // The product of the lane's a: one exponential, not K products.
+        Acc pa = m.any_begins() ? Acc(0) : Decay<Acc>::of(s.dt_sum, sA);
+        const Acc entering_chunk = lane == 0 ? w.carry[n] : Acc(0);
+        if (lane == 0) pb += pa * entering_chunk;
+        scan_maps<false>(pa, pb, lane);
+        Acc h = __shfl_up_sync(kFullMask, pb, 1);
+        if (lane == 0) h = entering_chunk;
+        if (checkpoint) checkpoint[n] = h;
+        Acc Cn[K];  // loaded after the scan: fewer live registers
+        load_state<kReverse, kTiled>(w.bc.C, at_C, ch, n, L, t0, Cn);
+#pragma unroll
+        for (int i = 0; i < K; ++i) {
+          h = a[i] * h + bu[i];
+          y[i] += Cn[i] * h;
+          if (p.segments && m.ends_at(i))
+            static_cast<Acc*>(p.last_state)[segment_state(p, ch.row, w.segment_slots[i], n)] = h;
+        }
+        const Acc leaving_chunk = __shfl_sync(kFullMask, pb, 31);
+        if (lane == 0) w.carry[n] = leaving_chunk;
       }
-      const Acc leaving_chunk = __shfl_sync(kFullMask, pb, 31);
-      if (lane == 0) w.carry[n] = leaving_chunk;
+    };
+    if constexpr (kCuts) {
+      if (__any_sync(kFullMask, cuts.marks != 0)) states.template operator()<true>();
+      else states.template operator()<false>();
+    } else {
+      states.template operator()<false>();
     }
     Acc u[K], z[K];
     load_channel<kReverse, K, V>(again(p.u), p.u_strides, ch.b, ch.d, L, t0, w.vec.u, u);
