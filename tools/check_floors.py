@@ -56,7 +56,8 @@ def check(bench, impl="linrec"):
         base = rows.get((case, dtype, backward, BASELINES[backward]))
         if name != impl or base is None:
             continue
-        figure, floor, higher, what = floor_of(case, dtype, backward, ours, base, bench["copy_gbs"])
+        # A file merged from runs keeps each row's own copy bandwidth.
+        figure, floor, higher, what = floor_of(case, dtype, backward, ours, base, ours.get("copy_gbs", bench["copy_gbs"]))
         ok = figure >= floor if higher else figure <= floor
         verdicts.append(dict(case=case, dtype=dtype, backward=backward, figure=figure, floor=floor, what=what, ok=ok))
         peers = [r for (c, d, b, n), r in rows.items() if (c, d, b) == (case, dtype, backward) and n not in NOT_PEERS]
