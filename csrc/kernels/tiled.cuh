@@ -139,8 +139,20 @@ __device__ __forceinline__ void store_bwd_coeffs(const Acc (&gs)[E], const T* y,
 template <int E, int NT, int M, int A>
 constexpr TileConfig kConfigOf{E, NT, static_cast<MemCode>(M), static_cast<AlgoCode>(A)};
 
+// The pipelined forward at 4 elements a thread keeps a full multiprocessor of threads (32
+// registers each): its tiles are small, so bytes in flight come from resident blocks (at 40
+// registers six 256-thread blocks fit of eight; H200, float32 13200 x 16384: 83% of DRAM peak).
+// (float32 storage alone: 32 registers spill at 64 threads a block, with the coalesced
+// strategy's staging, and for 16-bit or float64 values.)
+template <typename St, Schedule S, int E, int NT, int M>
+constexpr int kFwdMinBlocks = S == Schedule::kPipe && E <= 4 && NT == 256 &&
+                                      static_cast<MemCode>(M) != MemCode::kCoalesced &&
+                                      sizeof(values_t<St>) == 4 && sizeof(acc_t<St>) == 4
+                                  ? 2048 / NT
+                                  : 1;
+
 template <typename St, int E_, int NT_, int M_, int A_, Schedule S>
-__global__ void __launch_bounds__(NT_) tiled_fwd_kernel(const ForwardParams p) {
+__global__ void __launch_bounds__(NT_, (kFwdMinBlocks<St, S, E_, NT_, M_>)) tiled_fwd_kernel(const ForwardParams p) {
   using T = values_t<St>;
   using Tc = coeffs_t<St>;
   using Acc = acc_t<St>;
