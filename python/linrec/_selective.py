@@ -109,7 +109,7 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
             (or zero), and its last state is the one its last step in scan order leaves (an empty
             segment's is its initial state). Its values are checked on CPU tensors only: on
             CUDA that would wait for the device, so a wrong cu_seqlens there gives wrong
-            results (the kernels never read or write outside the tensors).
+            results, not an error.
 
     Returns:
         y, (batch, channels, length) in u's dtype; with return_last_state, (y, last_state),
