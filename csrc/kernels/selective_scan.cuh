@@ -101,7 +101,8 @@ int64_t num_blocks(const SelectiveParams& p) {
 template <typename V, typename BCT, SelectiveConfig kConfig>
 void launch_fwd(const SelectiveParams& p, cudaStream_t stream) {
   constexpr int K = kConfig.steps_per_thread, kWarps = kConfig.warps;
-  const auto kernel = p.cuts ? selective_fwd_kernel<V, BCT, K, kWarps, true> : selective_fwd_kernel<V, BCT, K, kWarps, false>;
+  const auto kernel =
+      p.cuts ? selective_fwd_kernel<V, BCT, K, kWarps, true> : selective_fwd_kernel<V, BCT, K, kWarps, false>;
   const size_t own = fwd_shared_bytes<acc_t<V>, K, kWarps>(p);
   const bool tiled = share_tiles<BCT, K, kWarps>(p, own);
   const size_t bytes = tiled ? round_up_16(own) + BCSource<BCT, acc_t<V>, K, kWarps>::tile_bytes(p) : own;
@@ -114,7 +115,8 @@ template <typename V, typename BCT, SelectiveConfig kConfig>
 void launch_bwd(const SelectiveGradParams& p, cudaStream_t stream) {
   using Acc = acc_t<V>;
   constexpr int K = kConfig.steps_per_thread, kWarps = kConfig.warps;
-  const auto kernel = p.cuts ? selective_bwd_kernel<V, BCT, K, kWarps, true> : selective_bwd_kernel<V, BCT, K, kWarps, false>;
+  const auto kernel =
+      p.cuts ? selective_bwd_kernel<V, BCT, K, kWarps, true> : selective_bwd_kernel<V, BCT, K, kWarps, false>;
   // The block's warps add their d_B and d_C first where they are channels of one group.
   const bool block_sums = (p.b_per_step || p.c_per_step) && (p.dim / p.groups) % kWarps == 0;
   const size_t own = bwd_shared_bytes<Acc, K, kWarps>(p, block_sums);

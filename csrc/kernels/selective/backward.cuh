@@ -17,7 +17,8 @@ template <typename Acc> constexpr size_t bwd_shared_per_warp(int64_t states) { r
 template <typename Acc, int K, int kWarps> constexpr size_t bwd_sums_bytes() {
   return 2 * kWarps * 2 * 32 * K * sizeof(Acc);
 }
-template <typename Acc, int K, int kWarps> __host__ __device__ size_t bwd_shared_bytes(const SelectiveParams& p, bool block_sums) {
+template <typename Acc, int K, int kWarps>
+__host__ __device__ size_t bwd_shared_bytes(const SelectiveParams& p, bool block_sums) {
   return kWarps * bwd_shared_per_warp<Acc>(p.states) + (block_sums ? bwd_sums_bytes<Acc, K, kWarps>() : 0) +
          kWarps * segment_slot_bytes<K>(p);
 }
@@ -206,7 +207,8 @@ __device__ __forceinline__ void backward_chunks(const BwdWarp<V, BCT, K, kWarps>
       }
     };
     if constexpr (kCuts) {
-      const bool marked = w.block_sums ? __syncthreads_or(cuts.marks != 0) : __any_sync(kFullMask, cuts.marks != 0);
+      const bool marked =
+          w.block_sums ? __syncthreads_or(cuts.marks != 0) : __any_sync(kFullMask, cuts.marks != 0);
       if (marked) states.template operator()<true>();
       else states.template operator()<false>();
     } else {
@@ -271,7 +273,8 @@ __global__ void __launch_bounds__(32 * kWarps, bwd_threads_per_sm(K) / (32 * kWa
     mine[n] = A * Decay<Acc>::kScale;
     mine[N + n] = A;
     // With a state a segment, the last step ends one and adds its own.
-    w.dh_carry[n] = p.d_last_state && !p.segments ? static_cast<const Acc*>(p.d_last_state)[ch.row * N + n] : Acc(0);
+    w.dh_carry[n] =
+        p.d_last_state && !p.segments ? static_cast<const Acc*>(p.d_last_state)[ch.row * N + n] : Acc(0);
     w.dA_sum[n] = w.dB_sum[n] = w.dC_sum[n] = 0;
   }
   __syncwarp();
@@ -286,7 +289,8 @@ __global__ void __launch_bounds__(32 * kWarps, bwd_threads_per_sm(K) / (32 * kWa
   // Per channel: the gradient entering the scan, and the sums over the steps.
   __syncwarp();
   for (int n = lane; n < N; n += 32) {
-    if (!p.segments) static_cast<Acc*>(p.d_initial)[ch.row * N + n] = w.dh_carry[n];  // else at each segment's first step
+    // With a state a segment, each segment's first step wrote its own.
+    if (!p.segments) static_cast<Acc*>(p.d_initial)[ch.row * N + n] = w.dh_carry[n];
     atomicAdd(static_cast<Acc*>(p.d_A) + ch.d * N + n, w.dA_sum[n]);
     if (!p.b_per_step) atomicAdd(static_cast<Acc*>(p.d_B) + ch.d * N + n, w.dB_sum[n]);
     if (!p.c_per_step) atomicAdd(static_cast<Acc*>(p.d_C) + ch.d * N + n, w.dC_sum[n]);
