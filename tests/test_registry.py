@@ -65,12 +65,15 @@ def test_tuning_rows_name_compiled_configs(table):
 
 def _rule_before_tables(seq_len, num_seqs, interleaved, backward, dtype, sms):
     """The shape rule as C++ code held it before it became the H100 table (an independent
-    transcription: the table must choose the same kernel for every shape)."""
-    vec, direct, staged = 1, 0, 3
+    transcription: the table must choose the same kernel for every shape), and the one row
+    measured since: short channel-last sequences take the strided 16x128 staged config, faster
+    than 8x128 direct on an H100 and an H200 (python -m linrec.tune --table, 2026-11-28)."""
+    vec, staged = 1, 3
+    short_channel_last = ("strided", 16, 128, staged)
     if dtype.is_complex:
         c128 = dtype == torch.complex128
         if interleaved:
-            return ("strided", 8, 128, direct) if seq_len < 256 else ("strided", 16, 128 if c128 else 256, staged)
+            return short_channel_last if seq_len < 256 else ("strided", 16, 128 if c128 else 256, staged)
         if seq_len <= 128:
             return ("packed", 4, 128, vec)
         if seq_len <= 256:
@@ -85,7 +88,7 @@ def _rule_before_tables(seq_len, num_seqs, interleaved, backward, dtype, sms):
     elem_bytes = dtype.itemsize
     b16 = elem_bytes == 2
     if interleaved:
-        return ("strided", 8, 128, direct) if seq_len < 256 else ("strided", 16, 256, staged)
+        return short_channel_last if seq_len < 256 else ("strided", 16, 256, staged)
     chained = ("chained", 64 if b16 else 32, 128, staged)
     tile_len = chained[1] * chained[2]
     if num_seqs < 2 * sms and seq_len >= 16384:
