@@ -2,6 +2,7 @@
 follows the single-process run's, and it goes down."""
 
 import importlib.util
+import os
 from pathlib import Path
 
 import torch.distributed as dist
@@ -17,7 +18,7 @@ def _load_example():
     return module
 
 
-def _worker(rank, store_path, results):
+def _worker(rank, store_path, results, finished):
     example = _load_example()
     dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=2)
     try:
@@ -25,15 +26,23 @@ def _worker(rank, store_path, results):
                                                    "--dim", "8"]))
         if rank == 0:
             results.put(losses)
-        dist.barrier()  # rank 1 ends first; tearing gloo down under a busy peer has aborted a process
+        dist.barrier()
     finally:
         dist.destroy_process_group()
+    # Both ranks are done and their results are in. A spawned process's interpreter shutdown
+    # with gloo's threads still around has aborted a rank (SIGABRT, "terminate called without an
+    # active exception") about once in three full-suite runs; skipping it keeps the test about
+    # the example's numbers.
+    finished.wait()
+    os._exit(0)
 
 
 def test_sequence_parallel_example_matches_one_process(tmp_path):
     ctx = mp.get_context("spawn")
-    results = ctx.SimpleQueue()
-    mp.start_processes(_worker, args=(str(tmp_path / "store"), results), nprocs=2, join=True, start_method="spawn")
+    results, finished = ctx.SimpleQueue(), ctx.Barrier(2)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    mp.start_processes(_worker, args=(str(tmp_path / "store"), results, finished), nprocs=2, join=True,
+                       start_method="spawn")
     losses = results.get()
     assert len(losses) == 21
     for _, sharded, whole in losses:
