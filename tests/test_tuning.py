@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from linrec import tuning
-from linrec.tune_table import probe_shapes
+from linrec.tune_table import differences, move_boundaries, probe_shapes, taker
 
 
 def props(sms, major, minor, clock_khz, bus_bits, name="GPU"):
@@ -97,3 +97,116 @@ def test_every_row_of_the_shipped_tables_is_probed():
         for i, row in enumerate(rows):
             sms = tuning.load(name)["hardware"]["sms"]
             assert probe_shapes(rows, i, sms, 2**27), (name, i, row)
+
+
+TILE_THEN_PIPE = [  # the backward of float32 rows: two tile configs up to 1024 and 4096, the pipe past them
+    {"storage": ["32bit"], "layout": "rows", "direction": "bwd", "max_len": 1024, "kernel": "tile",
+     "config": [16, 64, "vector", "block"]},
+    {"storage": ["32bit"], "layout": "rows", "direction": "bwd", "max_len": 4096, "kernel": "tile",
+     "config": [16, 256, "vector", "block"]},
+    {"storage": ["32bit"], "layout": "rows", "direction": "bwd", "kernel": "pipe", "config": [8, 64, "vector", "block"]},
+]
+
+
+def pipe_faster_from(shortest):
+    """A time_pair under which the pipe takes 0.9 of a tile kernel's time at lengths >= `shortest` and
+    1.1 below, and the wider tile config 1.1 of the narrower's; with the calls it was asked for."""
+    calls = []
+
+    def time_pair(row, other, seqs, length, dirs):
+        calls.append((row["config"][:2], other["kernel"], other["config"][:2], length, tuple(dirs)))
+        return 1.0, 0.9 if other["kernel"] == "pipe" and length >= shortest else 1.1
+
+    return time_pair, calls
+
+
+def test_a_row_ends_where_the_next_rows_kernel_becomes_faster():
+    time_pair, calls = pipe_faster_from(4096)
+    rows = move_boundaries(TILE_THEN_PIPE, 132, time_pair, log=lambda _: None)
+    assert [r and r.get("max_len") for r in rows] == [1024, 2048, None]
+    assert rows[1]["measured"] == "ends at 2048, at 4096 bwd: tile 16x256 vector 1000.0 us, pipe 8x64 vector 900.0"
+    assert rows[0] == TILE_THEN_PIPE[0] and rows[2] == TILE_THEN_PIPE[2]
+    # Each pair at each length timed once, on #SMs x 100 sequences of the backward.
+    assert sorted(calls) == sorted([([16, 64], "tile", [16, 256], 1024, ("bwd",)),
+                                    ([16, 256], "pipe", [8, 64], 4096, ("bwd",)),
+                                    ([16, 256], "pipe", [8, 64], 2048, ("bwd",))])
+    assert differences(rows, TILE_THEN_PIPE) == "0 configs unlike the template's, 1 rows ending sooner, 0 rows dropped"
+
+
+def test_a_row_that_loses_all_its_lengths_is_dropped_and_the_row_before_meets_the_next():
+    """Once the 16x256 row is gone, the 16x64 row's longest length goes to the pipe, which is compared
+    there in turn (a second pass)."""
+    time_pair, calls = pipe_faster_from(512)
+    rows = move_boundaries(TILE_THEN_PIPE, 132, time_pair, log=lambda _: None)
+    assert [r and r.get("max_len") for r in rows] == [256, None, None]
+    assert rows[1] is None and rows[2] == TILE_THEN_PIPE[2]
+    assert ([16, 64], "pipe", [8, 64], 1024, ("bwd",)) in calls
+    assert differences(rows, TILE_THEN_PIPE) == "0 configs unlike the template's, 1 rows ending sooner, 1 rows dropped"
+
+
+def test_no_row_moves_where_its_own_kernel_is_faster():
+    time_pair, _ = pipe_faster_from(2**30)
+    assert move_boundaries(TILE_THEN_PIPE, 132, time_pair, log=lambda _: None) == TILE_THEN_PIPE
+
+
+LENGTHS = [1, 2, 3, 17, 33, 64, 100, 127, 128, 255, 256, 1000, 1024, 2047, 2048, 4096, 4097, 8193, 16384, 2**20, 2**24]
+
+
+@pytest.mark.parametrize("name", tuning.tables())
+@pytest.mark.parametrize("other_faster", [True, False])
+def test_moved_shipped_tables_still_serve_every_call(name, other_faster):
+    """Whatever the timings, a table whose boundaries moved serves every call the template served,
+    each row keeps its regime but for max_len, which only goes down; only bounded rows are timed,
+    on the grid's shape, against another kernel or config that fits the length."""
+    table = tuning.load(name)
+    sms, template = table["hardware"]["sms"], table["rows"]
+    asked = []
+
+    def time_pair(row, other, seqs, length, dirs):
+        assert row.get("max_len") is not None and seqs == 100 * sms and length <= row["max_len"]
+        assert (other["kernel"], other["config"]) != (row["kernel"], row["config"])
+        asked.append(length)
+        return (1.0, 0.5) if other_faster else (0.5, 1.0)
+
+    rows = move_boundaries(template, sms, time_pair, log=lambda _: None)
+    assert asked
+    if not other_faster:
+        assert rows == template
+    for new, old in zip(rows, template):
+        if new is not None:
+            assert {k: v for k, v in new.items() if k not in ("max_len", "measured")} == \
+                {k: v for k, v in old.items() if k not in ("max_len", "measured")}
+            assert new.get("max_len", 2**62) <= old.get("max_len", 2**62)
+    kept = [r for r in rows if r is not None]
+    for storage in {s for r in template for s in r["storage"]}:
+        for layout in ("rows", "channels"):
+            for direction in ("fwd", "bwd"):
+                for length in LENGTHS:
+                    for seqs in (1, 2 * sms, 100 * sms):
+                        if taker(template, storage, layout, direction, length, seqs, sms) is not None:
+                            assert taker(kept, storage, layout, direction, length, seqs, sms) is not None
+
+
+def test_measure_times_configs_then_moves_ends(monkeypatch):
+    """measure's whole path with the device left out: each row's configs timed on its probes, then
+    its end moved, both through time_config (here a made-up cost: the pipe 0.9x a tile kernel's
+    time from 4096 on, and the config first in the row's candidates 1% faster)."""
+    from linrec import tune_table
+    monkeypatch.setattr(tune_table.torch.cuda, "get_device_properties",
+                        lambda _: SimpleNamespace(multi_processor_count=132, L2_cache_size=50 * 2**20))
+    monkeypatch.setattr(tune_table, "candidates", lambda row: [tuple(row["config"]), (4, 64, "vector", "block")])
+    monkeypatch.setattr(tune_table, "probe_sets", lambda row, seqs, length, l2: [(seqs, length)])
+    timed = []
+
+    def time_config(kernel, config, sets, dim, directions, reps):
+        (seqs, length), = sets
+        timed.append((kernel, config[:2], length, tuple(directions)))
+        cost = seqs * length * (0.9 if kernel == "pipe" and length >= 4096 else 1.0) * 1e-9
+        return cost * (1.0 if config[:2] == (4, 64) else 0.99)
+
+    monkeypatch.setattr(tune_table, "time_config", time_config)
+    rows = tune_table.measure({"rows": TILE_THEN_PIPE}, reps=1, log=lambda _: None)
+    assert [r["config"] for r in rows] == [r["config"] for r in TILE_THEN_PIPE]
+    assert [r.get("max_len") for r in rows] == [1024, 2048, None]
+    assert ("tile", (16, 256), 4096, ("bwd",)) in timed and ("pipe", (8, 64), 4096, ("bwd",)) in timed
+    assert tune_table.measure({"rows": TILE_THEN_PIPE}, reps=1, log=lambda _: None, bounds=False)[1]["max_len"] == 4096

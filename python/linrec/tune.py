@@ -104,14 +104,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--table", metavar="PATH", help="instead, measure a tuning table for this device into PATH")
     parser.add_argument("--template", default=tuning.DEFAULT_TABLE, choices=tuning.tables(),
                         help=f"--table: the table whose rows are measured (default: {tuning.DEFAULT_TABLE})")
+    parser.add_argument("--keep-bounds", action="store_true",
+                        help="--table: keep each row's lengths as the template's, measuring only its config")
     args = parser.parse_args(argv)
     reason = _cli.cuda_unavailable(compiled_kernels=True)
     if reason:
         return _cli.fail(PROG, reason)
     if args.table:
-        table = tune_table.write(args.template, args.table, args.reps, args.max_elems, list(argv or sys.argv[1:]))
-        changed = sum(new["config"] != old["config"] for new, old in zip(table["rows"], tuning.load(args.template)["rows"]))
-        print(f"{args.table}: {len(table['rows'])} rows for {table['device']}, {changed} configs unlike the template's")
+        table = tune_table.write(args.template, args.table, args.reps, args.max_elems, list(argv or sys.argv[1:]),
+                                 bounds=not args.keep_bounds)
+        print(f"{args.table}: {len(table['rows'])} rows for {table['device']}")
         return 0
     rows = tune(args.kernels, args.lengths, getattr(torch, args.dtype), args.max_elems, args.reps, args.seqs)
     print(f"device: {torch.cuda.get_device_name()}, dtype {args.dtype}")

@@ -3,11 +3,13 @@
 A table's rows split the calls into regimes (storage class, layout, direction, lengths, sequences
 per SM, tiles a sequence) and give each regime a kernel and its config. The regimes and the kernel
 of each row are the project's design and stay those of a template table (the default one); what
-differs between devices is which config keeps enough bytes in flight for the device's bandwidth.
-So each row is probed: a few shapes inside the row's regime (probe_shapes), each timed with every
-config of the row's kernel that is compiled for all of the row's storage classes and fits the
-row's lengths. The config with the least time summed over the shapes (each relative to its
-fastest) wins, unless the template's is within TIE of it (noise must not churn a table).
+differs between devices is which config keeps enough bytes in flight for the device's bandwidth,
+and where one row's lengths end and the next row's begin. So each row is probed: a few shapes
+inside the row's regime (probe_shapes), each timed with every config of the row's kernel that is
+compiled for all of the row's storage classes and fits the row's lengths. The config with the
+least time summed over the shapes (each relative to its fastest) wins, unless the template's is
+within TIE of it (noise must not churn a table). Then each row's longest length is moved down
+while the next row is faster there (move_boundaries).
 
 Inputs cycle past L2, as in the bench, so short sequences are read from DRAM. Timing is device
 time (a CUDA graph), one kernel at a time: forward, fused backward, or both for a row of either
@@ -67,12 +69,7 @@ def probe_shapes(rows, index, sms, max_elems):
     unbounded one: from just above the earlier rows' lengths to 16384. Many sequences: the
     bench's grid (#SMs x 100)."""
     row = rows[index]
-    lower = row.get("min_len", 0)  # the shortest length no earlier row takes
-    for earlier in rows[:index]:
-        covers = earlier.get("direction", "any") in ("any", row.get("direction", "any"))  # all its directions
-        same_calls = earlier["layout"] == row["layout"] and set(earlier["storage"]) & set(row["storage"])
-        if same_calls and covers and not earlier.get("max_seqs_per_sm"):
-            lower = max(lower, earlier.get("max_len", -1) + 1)
+    lower = shortest_length(rows, index)
     if row.get("max_seqs_per_sm", 0) and row["max_seqs_per_sm"] <= 2:
         shapes = [(1, max(row.get("min_len", 0), max_elems // 4))]
     elif row.get("max_seqs_per_sm", 0):
@@ -91,6 +88,18 @@ def probe_shapes(rows, index, sms, max_elems):
         if dirs:
             served.append((seqs, length, dirs))
     return served
+
+
+def shortest_length(rows, index):
+    """The shortest length no earlier row takes from rows[index] (for every sequence count)."""
+    row = rows[index]
+    lower = row.get("min_len", 0)
+    for earlier in rows[:index]:
+        covers = earlier.get("direction", "any") in ("any", row.get("direction", "any"))  # all its directions
+        same_calls = earlier["layout"] == row["layout"] and set(earlier["storage"]) & set(row["storage"])
+        if same_calls and covers and not earlier.get("max_seqs_per_sm"):
+            lower = max(lower, earlier.get("max_len", -1) + 1)
+    return lower
 
 
 def fits(kernel, length, config):
@@ -145,8 +154,87 @@ def probe_sets(row, seqs, length, l2_bytes):
     return copies_past_l2((x, c, y, dy), 8 * x.numel() * x.element_size(), l2_bytes)
 
 
-def measure(template, reps=10, max_elems=2**26, log=print):
-    """The rows of `template` (a table's JSON) with each config measured on this device."""
+DIRECTIONS = {"any": ["fwd", "bwd"], "fwd": ["fwd"], "bwd": ["bwd"]}
+MAX_OCTAVES = 2  # how far move_boundaries moves a row's end in one run: to a quarter of its longest length
+
+
+def taker(rows, storage, layout, direction, length, seqs, sms):
+    """The index of the row that serves a call, or None."""
+    return next((i for i in range(len(rows)) if serves(rows, i, storage, layout, direction, length, seqs, sms)), None)
+
+
+def move_boundaries(rows, sms, time_pair, log=print):
+    """The rows, each row with a longest length ending where the row after it becomes faster;
+    a list beside `rows`, None for a row dropped.
+
+    The template's boundaries between rows (a tile kernel up to 4096, the pipe past it) were
+    measured on one device, and another device's bandwidth can move them. For each row with a
+    max_len, at the largest power of two it takes, P, and #SMs x 100 sequences: the row's kernel
+    and config, and those of the row that takes P once this row stops below it, are timed on the
+    same inputs (time_pair(row, other, seqs, P, directions) -> (ms, ms)). While the other is
+    faster by more than TIE, the row ends at P // 2 and P // 2 is tried: a row's end moves at most
+    MAX_OCTAVES octaves (short probes time launches more than bandwidth). A row left with no
+    length is dropped. Ends only move down: a row's configs were chosen for its lengths, and a
+    tile kernel's may not fit longer ones. A row that ends sooner hands lengths to the rows after
+    it, which can change what an earlier row is compared with, so the passes repeat until none
+    moves (each pair timed once)."""
+    rows = [dict(r) for r in rows]
+    # The shortest length each row is tried at: MAX_OCTAVES - 1 halvings below its longest power of two.
+    shortest_tries = [(2 ** int(math.log2(r["max_len"])) >> (MAX_OCTAVES - 1)) if r.get("max_len") else 0
+                      for r in rows]
+    timed = {}
+    while any([_move_one(rows, i, shortest_tries[i], sms, time_pair, timed, log) for i in range(len(rows))]):
+        pass
+    return rows
+
+
+def _move_one(rows, i, shortest_try, sms, time_pair, timed, log):
+    """move_boundaries for rows[i], in place, trying lengths down to shortest_try; whether it moved."""
+    row = rows[i]
+    if row is None or row.get("max_len") is None or row.get("max_seqs_per_sm") or row.get("min_tiles"):
+        return False
+    before = [r for r in rows[:i] if r is not None]
+
+    def table(candidate):
+        return before + [candidate] + [r for r in rows[i + 1:] if r is not None]
+
+    k, storage, layout, seqs = len(before), probe_storage(row), row["layout"], 100 * sms
+    lower = max(shortest_length(table(row), k), 1)
+    length, moved = 2 ** int(math.log2(row["max_len"])), False
+    while length >= max(lower, shortest_try):
+        dirs = [d for d in DIRECTIONS[row.get("direction", "any")]
+                if serves(table(row), k, storage, layout, d, length, seqs, sms)]
+        trial = table(dict(row, max_len=length - 1))
+        takers = {taker(trial, storage, layout, d, length, seqs, sms) for d in dirs}
+        if not dirs or len(takers) != 1 or None in takers:  # no single row to hand the length to
+            break
+        other = trial[takers.pop()]
+        if (other["kernel"], other["config"]) == (row["kernel"], row["config"]) or \
+                not fits(other["kernel"], length, other["config"]):
+            break
+        key = (row["kernel"], tuple(row["config"]), other["kernel"], tuple(other["config"]), length, tuple(dirs))
+        if key not in timed:
+            timed[key] = time_pair(row, other, seqs, length, dirs)
+        mine, theirs = timed[key]
+        verdict = (f"at {length} {'+'.join(dirs)}: {row['kernel']} {_name(row['config'])} {1e3 * mine:.1f} us, "
+                   f"{other['kernel']} {_name(other['config'])} {1e3 * theirs:.1f}")
+        if theirs >= (1 - TIE) * mine:
+            log(f"row {i:>2} {row['kernel']:<8} keeps {length}: {verdict}")
+            break
+        record = "; ".join(filter(None, [row.get("measured"), f"ends at {length // 2}, {verdict}"]))
+        row = rows[i] = dict(row, max_len=length // 2, measured=record)
+        log(f"row {i:>2} {row['kernel']:<8} ends at {length // 2}: {verdict}")
+        moved, length = True, length // 2
+    if row["max_len"] < lower:
+        log(f"row {i:>2} {row['kernel']:<8} dropped: the rows after it took all its lengths")
+        rows[i] = None
+    return moved
+
+
+def measure(template, reps=10, max_elems=2**26, log=print, bounds=True):
+    """The rows of `template` (a table's JSON) with each config measured on this device, and
+    with `bounds`, each row's longest length (move_boundaries): a list beside the template's
+    rows, None for a row dropped."""
     props = torch.cuda.get_device_properties(0)
     rows = []
     sms = props.multi_processor_count
@@ -187,7 +275,24 @@ def measure(template, reps=10, max_elems=2**26, log=print):
             record += f"; the template's {_name(old)} {plain[old]:.1f}"
         rows.append(dict(row, config=list(chosen), measured=record))
         log(f"row {i:>2} {row['kernel']:<8} {record} ({time.perf_counter() - start:.0f} s)")
-    return rows
+    if not bounds:
+        return rows
+
+    def time_pair(row, other, seqs, length, dirs):
+        sets = probe_sets(row, seqs, length, props.L2_cache_size)
+        dim = 0 if row["layout"] == "channels" else -1
+        return tuple(time_config(r["kernel"], tuple(r["config"]), sets, dim, dirs, reps) for r in (row, other))
+
+    return move_boundaries(rows, sms, time_pair, log)
+
+
+def differences(rows, template_rows):
+    """What measured rows (beside the template's, None where dropped) changed, in words."""
+    pairs = [(new, old) for new, old in zip(rows, template_rows) if new is not None]
+    configs = sum(new["config"] != old["config"] for new, old in pairs)
+    bounds = sum(new.get("max_len") != old.get("max_len") for new, old in pairs)
+    return (f"{configs} configs unlike the template's, {bounds} rows ending sooner, "
+            f"{len(template_rows) - len(pairs)} rows dropped")
 
 
 def _name(config):
@@ -195,11 +300,12 @@ def _name(config):
     return f"{e}x{t} {m}"
 
 
-def write(template_name, path, reps, max_elems, argv, log=print):
+def write(template_name, path, reps, max_elems, argv, bounds=True, log=print):
     """Measure every row of the template table and write a table for this device to `path`."""
     template = tuning.load(template_name)
     props = torch.cuda.get_device_properties(0)
-    rows = measure(template, reps, max_elems, log)
+    rows = measure(template, reps, max_elems, log, bounds)
+    log(differences(rows, template["rows"]))
     table = dict(
         device=props.name,
         match=[props.name],
@@ -208,7 +314,7 @@ def write(template_name, path, reps, max_elems, argv, log=print):
         commands=[f"python -m linrec.tune {' '.join(argv)}"],
         template=template_name,
         rule=template["rule"],
-        rows=rows,
+        rows=[row for row in rows if row is not None],
     )
     tuning.write(table, path)
     return table
