@@ -15,6 +15,11 @@ import copy
 
 import torch
 import torch.distributed as dist
+# torch.optim's first optimizer imports torch.distributed._shard, which then holds on to the
+# process groups that exist (torch 2.14): destroy_process_group leaves gloo's threads running into
+# the interpreter's exit, where one can abort it ("terminate called without an active exception").
+# Imported here, before any group exists, it holds none.
+import torch.distributed._shard  # noqa: F401
 
 import linrec
 import linrec.distributed
