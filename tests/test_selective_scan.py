@@ -796,6 +796,12 @@ def test_opcheck_with_cuts():
         fwd_op(*fwd[:8], torch.zeros(2, 4, 3, dtype=torch.float64), *fwd[9:], cu)
     with pytest.raises(RuntimeError, match="cu_seqlens must run from 0 to 150"):
         fwd_op(*segmented[:-1], torch.tensor([0, 7, 149]))
+    # A bound past the length (or below 0) in the middle: refused before any position's segment is written.
+    for bounds in ([0, 10**8, 130, 140, 150], [0, 7, 300, 7, 150], [0, -5, 7, 130, 150]):
+        with pytest.raises(RuntimeError, match="cu_seqlens must not decrease"):
+            fwd_op(*segmented[:-1], torch.tensor(bounds))
+        with pytest.raises(RuntimeError, match="cu_seqlens must not decrease"):
+            bwd_op(torch.randn_like(y), d_last, *segmented[:9], checkpoints, *segmented[9:-1], torch.tensor(bounds))
 
 
 def packed_cpu_results(args, cu, reverse, d_y, d_last):

@@ -116,9 +116,12 @@ inline void check_cu_seqlens(SelectiveParams& p, const std::optional<Tensor>& cu
     const int64_t* bounds = p.cu_seqlens;
     STD_TORCH_CHECK(bounds[0] == 0 && bounds[segments] == length, "linrec: cu_seqlens must run from 0 to ", length,
                     " (u.shape[2])");
-    segment_of.resize(length);
+    // All of them before any write: from 0 to length without a decrease, each bound is in range.
     for (int64_t k = 0; k < segments; ++k) {
       STD_TORCH_CHECK(bounds[k] <= bounds[k + 1], "linrec: cu_seqlens must not decrease");
+    }
+    segment_of.resize(length);
+    for (int64_t k = 0; k < segments; ++k) {
       std::fill(segment_of.begin() + bounds[k], segment_of.begin() + bounds[k + 1], k);
     }
   }

@@ -23,7 +23,7 @@ import numbers
 
 import torch
 
-from ._args import _check_dtype
+from ._args import _as_tensor
 from ._autograd import exp_of_log
 
 SEGMENT_INDEX_DTYPES = (torch.int32, torch.int64)
@@ -68,17 +68,7 @@ def segment_initial(initial, inputs: torch.Tensor, dim: int, num_segments: int):
         return None
     shape = list(inputs.shape)
     shape[dim] = num_segments
-    if isinstance(initial, torch.Tensor):
-        _check_dtype("initial", initial, complex_ok=True)
-        if initial.is_complex() and not inputs.is_complex():
-            raise ValueError(f"linrec: initial is complex ({initial.dtype}) but inputs is real ({inputs.dtype})")
-        if initial.device != inputs.device:
-            raise ValueError(f"linrec: initial is on {initial.device} but inputs is on {inputs.device}")
-        initial = initial.to(inputs.dtype)
-    else:
-        if not isinstance(initial, numbers.Number) or isinstance(initial, bool):
-            raise ValueError(f"linrec: initial must be a tensor or a number, got {type(initial).__name__}")
-        initial = torch.tensor(initial, dtype=inputs.dtype, device=inputs.device)
+    initial = _as_tensor("initial", initial, inputs)
     try:
         if torch.broadcast_shapes(initial.shape, shape) == torch.Size(shape):
             return initial.expand(shape)
