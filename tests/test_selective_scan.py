@@ -325,6 +325,26 @@ def test_torch_func_grad_and_vjp():
         torch.testing.assert_close(got, grads_ref[name], rtol=1e-9, atol=1e-10)
 
 
+def test_higher_order_and_forward_mode_raise():
+    """The scan differentiates to first order in reverse mode. A double backward and forward-mode AD
+    raise (they returned zeros and no tangent), while the first-order gradients stay available."""
+    args = {k: v.detach().clone().requires_grad_() for k, v in make_args(1, 2, 3, 7, seed=4).items()}
+    y = linrec.selective_scan(**args)
+    d_u, = torch.autograd.grad(y.square().sum(), args["u"], create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        d_u.sum().backward()
+    with pytest.raises(RuntimeError, match="not have been used in the graph"):  # the backward leads nowhere
+        torch.autograd.grad(d_u.sum(), args["u"])
+    plain = {k: v.detach() for k, v in args.items()}
+    with torch.autograd.forward_ad.dual_level():
+        dual = torch.autograd.forward_ad.make_dual(plain["u"], torch.ones_like(plain["u"]))
+        with pytest.raises(NotImplementedError, match="selective_scan has no forward-mode AD"):
+            linrec.selective_scan(**{**plain, "u": dual})
+        linrec.selective_scan(**plain)  # no tangent anywhere: runs
+    with pytest.raises(NotImplementedError, match="selective_scan has no forward-mode AD"):
+        torch.func.jvp(lambda u: linrec.selective_scan(**{**plain, "u": u}), (plain["u"],), (plain["u"],))
+
+
 def test_compile_fullgraph():
     """torch.compile(fullgraph=True) traces linrec.selective_scan and its backward with no graph
     break; values and gradients as the eager call's."""

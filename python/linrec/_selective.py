@@ -12,6 +12,7 @@ from __future__ import annotations
 import numbers
 
 import torch
+import torch.autograd.forward_ad as fwAD
 
 from ._backend import cuda_backend
 from ._segments import check_cu_seqlens, cut_flags
@@ -117,10 +118,12 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
         cu_seqlens, in float32 (float64 for float64 u). The scan computes in that float type
         too. Differentiable (first order) in every tensor argument, initial_state included;
         gradients come in each argument's dtype and shape. On the compiled kernels (CPU and
-        CUDA) also under torch.func.grad and torch.func.vjp.
+        CUDA) also under torch.func.grad and torch.func.vjp. A second derivative (through a
+        backward with create_graph=True) raises, as does forward-mode AD.
 
     Raises:
         ValueError: a wrong type, dtype, device or shape, naming the argument.
+        NotImplementedError: dual tensors (forward-mode AD, torch.func.jvp).
 
     On CUDA tensors the compiled kernels run when the build has them for the device, the
     Triton implementation otherwise (LINREC_BACKEND=cuda|triton forces one).
@@ -180,6 +183,11 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
         cu_seqlens = _cast(cu_seqlens, torch.int64)
 
     tensors = (u, delta, A, B, C, D, z, delta_bias, initial_state)
+    # Dual tensors (forward-mode AD) carry tangents whatever the grad mode; none exist outside a dual level.
+    if not torch.compiler.is_compiling() and getattr(fwAD, "_current_level", 0) >= 0 and any(
+            t is not None and fwAD.unpack_dual(t).tangent is not None for t in tensors):
+        raise NotImplementedError("linrec: selective_scan has no forward-mode AD (dual tensors, torch.func.jvp); "
+                                  "it differentiates in reverse mode, to first order")
     index = u_device.index if u_device.index is not None else (torch.cuda.current_device() if u.is_cuda else 0)
     if u.is_cuda and cuda_backend(index) == "triton":
         route, config = TRITON, (delta_softplus, reverse, cuts, cu_seqlens)

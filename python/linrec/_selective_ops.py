@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from . import _C  # noqa: F401  (loading it registers the ops)
 
@@ -210,6 +211,7 @@ def autograd_functions(fwd, bwd) -> tuple[type, type]:
             return y, last_state, checkpoints
 
         @staticmethod
+        @once_differentiable  # the backward ops have no derivative: a double backward raises, not zeros
         def backward(ctx, d_y, d_last_state, _):
             return *_grads(bwd, ctx, d_y, d_last_state), None
 
