@@ -266,6 +266,16 @@ def test_packed_segments_run_as_alone(config):
     assert not torch.allclose(block(hidden), out)  # without cu_seqlens the segments would mix
 
 
+def test_empty_sequences():
+    """A length of 0: an empty output, and gradients that are zero (the parameters get no signal)."""
+    block = randomized_block(next(iter(CONFIGS.values())))
+    hidden = torch.randn(2, 0, block.d_model, dtype=torch.float64, requires_grad=True)
+    for out in (block(hidden), block(hidden, cu_seqlens=torch.tensor([0, 0]))):
+        assert out.shape == hidden.shape
+        grads = torch.autograd.grad(out.sum(), list(block.parameters()), allow_unused=True)
+        assert all(g is None or not g.any() for g in grads)
+
+
 def test_errors():
     block = Mamba(8)
     with pytest.raises(ValueError, match="cu_seqlens or inference_params"):

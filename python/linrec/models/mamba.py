@@ -177,6 +177,8 @@ class Mamba(nn.Module):
             conv_state.copy_(F.pad(x, (self.d_conv - length, 0)))
         if cu_seqlens is not None:
             x = F.silu(_segment_causal_conv(x, self.conv1d, cu_seqlens))
+        elif length == 0:  # nothing to convolve (torch's convolution refuses an empty length)
+            x = F.silu(x)
         else:
             x = F.silu(self.conv1d(x)[..., :length])  # padded on both sides: the first `length` outputs are causal
 
