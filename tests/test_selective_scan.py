@@ -760,6 +760,19 @@ def test_cu_seqlens_compile_dynamic_segments():
     assert backend.frame_count == 1
 
 
+def test_cu_seqlens_without_segments():
+    """cu_seqlens = [0] packs no sequence into a length of 0: empty outputs, states a segment (none)."""
+    args = make_args(2, 4, 3, 0, "step", "channel", seed=3)
+    args["initial_state"] = torch.zeros(2, 4, 0, 3, dtype=torch.float64)
+    leaves = {k: v.detach().clone().requires_grad_() for k, v in args.items()}
+    y, last = scan(**leaves, cu_seqlens=torch.tensor([0]))
+    assert y.shape == (2, 4, 0) and last.shape == (2, 4, 0, 3)
+    grads = torch.autograd.grad(y.sum() + last.sum(), list(leaves.values()), allow_unused=True)
+    assert all(g is None or not g.any() for g in grads)
+    y, last = scan(**{**args, "initial_state": None}, cu_seqlens=torch.tensor([0]))
+    assert y.shape == (2, 4, 0) and last.shape == (2, 4, 0, 3) and last.dtype == torch.float64
+
+
 @pytest.mark.parametrize("reverse", [False, True])
 def test_cu_seqlens_one_segment_is_the_plain_scan(reverse):
     """One segment, from its initial state: the plain scan's values, last state and gradients."""

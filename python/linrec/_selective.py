@@ -179,6 +179,13 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
         _check_shape("initial_state", initial_state, (batch, channels, segments, states),
                      "(batch={0[0]}, channels={0[1]}, segments={0[2]}, states={0[3]}): a state a segment of "
                      "cu_seqlens")
+        if segments == 0:  # no segment, so no step: nothing to scan
+            if length:
+                raise ValueError(f"linrec: cu_seqlens holds no segment but u has {length} steps")
+            y = u * 0
+            last_state = initial_state.clone() if initial_state is not None else u.new_zeros(
+                (batch, channels, 0, states), dtype=acc)
+            return (y, last_state) if return_last_state else y
         cuts = cut_flags(cu_seqlens, length, reverse, u_device)[0]
         cu_seqlens = _cast(cu_seqlens, torch.int64)
 
