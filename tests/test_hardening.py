@@ -225,6 +225,21 @@ def test_selective_scan_rejects_integer_tensors(arg):
         selective_scan(**args)
 
 
+@pytest.mark.parametrize("arg", ["u", "A", "B", "D"])
+@pytest.mark.parametrize("kind", ["sparse", "nested"])
+def test_selective_scan_rejects_sparse_and_nested_tensors(arg, kind):
+    from linrec.models import selective_scan
+
+    args = dict(u=torch.randn(2, 3, 6), delta=torch.rand(2, 3, 6), A=-torch.rand(3, 4), B=torch.randn(3, 4),
+                C=torch.randn(3, 4), D=torch.randn(3))
+    if kind == "sparse":
+        args[arg], message = args[arg].to_sparse(), "layout torch.sparse_coo"
+    else:
+        args[arg], message = torch.nested.nested_tensor(list(args[arg])), "a nested tensor"
+    with pytest.raises(ValueError, match=f"{arg} must be a dense tensor, got {message}"):
+        selective_scan(**args)
+
+
 # -- non-finite values: the sequential loop's IEEE arithmetic
 
 

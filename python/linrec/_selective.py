@@ -29,15 +29,24 @@ def _check_flag(name, value):
 
 
 def _check_tensor(name, t, device, required=True):
-    """t is a real floating tensor on u's device, `device` (None allowed unless required)."""
+    """t is a dense real floating tensor on u's device, `device` (None allowed unless required)."""
     if t is None and not required:
         return
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"linrec: {name} must be a tensor, got {type(t).__name__}")
+    _check_dense(name, t)
     if not t.is_floating_point():
         raise ValueError(f"linrec: {name} has dtype {t.dtype}; expected a real floating dtype")
     if t.device != device:
         raise ValueError(f"linrec: {name} is on {t.device} but u is on {device}")
+
+
+def _check_dense(name, t):
+    """Sparse and nested tensors raise here, not in the dispatcher (a nested tensor may report the
+    strided layout)."""
+    if t.is_nested or t.layout != torch.strided:
+        raise ValueError(f"linrec: {name} must be a dense tensor, got "
+                         f"{'a nested tensor' if t.is_nested else f'layout {t.layout}'}")
 
 
 def _check_shape(name, t, shape, expected):
@@ -133,6 +142,7 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
     reverse = _check_flag("reverse", reverse)
     if not isinstance(u, torch.Tensor):
         raise ValueError(f"linrec: u must be a tensor, got {type(u).__name__}")
+    _check_dense("u", u)
     if u.dtype not in VALUE_DTYPES:
         raise ValueError(f"linrec: u has dtype {u.dtype}; expected float32, float64, float16 or bfloat16")
     if u.dim() != 3:
