@@ -113,9 +113,12 @@ def linrec(inputs: torch.Tensor, coeffs: torch.Tensor | float | complex, reverse
         cu_seqlens: packed sequences of different lengths along dim: a 1-D int32 / int64 tensor
             [0, e1, ..., inputs.shape[dim]] on inputs' device; segment k is steps
             cu_seqlens[k] .. cu_seqlens[k+1]-1, scanned on its own (in reverse too), from
-            initial[k]. Empty segments are allowed. Its values are checked on CPU tensors only:
-            on CUDA that would wait for the device, so a wrong cu_seqlens there gives wrong
-            results, not an error.
+            initial[k]. Empty segments are allowed. Its values are checked on CPU tensors
+            outside torch.compile only: checking needs them on the host (on CUDA, a wait for
+            the device; under torch.compile, while tracing), so a wrong cu_seqlens on CUDA
+            gives wrong results, not an error. A segment is cut by a zero coefficient at its
+            first step, so an inf or NaN state turns the next segments' outputs and gradients
+            NaN (0 * inf); finite values never cross a cut.
 
     Returns:
         A tensor of inputs' shape and dtype. Differentiable in inputs, coeffs and initial, in

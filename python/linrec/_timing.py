@@ -1,4 +1,4 @@
-"""Timing functions shared by the main job, tune and bench.
+"""Timing functions shared by `python -m linrec`, tune and bench.
 
 Two clocks, both medians over `reps` samples of `inner` back-to-back calls:
 

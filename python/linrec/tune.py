@@ -4,8 +4,8 @@ For each kernel (tile, pipe, chained, strided, packed), config and length it che
 error against the float64 CPU kernel on a few sequences, then times (device
 time) forward and fused backward with #SMs * 100 sequences (fewer if that would
 not fit --max-elems; --seqs sets it). The strided kernel runs on the transposed,
-channel-last layout. It prints
-the best config per length, as the blog's tables do, and with --json PATH writes all rows as JSON.
+channel-last layout. It prints the best config per length, and with --json PATH
+writes all rows as JSON.
 It exits with status 1 when a run's error is above its dtype's bound. Needs a CUDA device and
 linrec's compiled CUDA kernels.
 
