@@ -117,9 +117,10 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
             int64 tensor [0, e1, ..., length] on u's device; segment k is steps cu_seqlens[k] ..
             cu_seqlens[k+1]-1, scanned on its own (in reverse too) from initial_state[:, :, k]
             (or zero), and its last state is the one its last step in scan order leaves (an empty
-            segment's is its initial state). Its values are checked on CPU tensors only: on
-            CUDA that would wait for the device, so a wrong cu_seqlens there gives wrong
-            results, not an error.
+            segment's is its initial state). Its values are checked on CPU tensors outside
+            torch.compile only: checking needs them on the host (on CUDA, a wait for the
+            device; under torch.compile, while tracing), so a wrong cu_seqlens on CUDA gives
+            wrong results, not an error.
 
     Returns:
         y, (batch, channels, length) in u's dtype; with return_last_state, (y, last_state),
