@@ -123,6 +123,21 @@ def _check_selective_rank(world, rank, device):
     dist.barrier()
 
 
+def _check_refusals(world, rank, device):
+    """Arguments that one rank's own checks refuse: that rank raises its error and every other rank
+    one naming it, at once (the others used to wait in the exchange until the group's timeout)."""
+    g = dict(device=device)
+    bad = rank == world - 1
+    with pytest.raises(ValueError, match="does not broadcast" if bad else f"rank {world - 1} refused its arguments"):
+        linrec.distributed.linrec(torch.randn(4, 8, **g), torch.rand(4, 5 if bad else 8, **g))
+    with pytest.raises(ValueError, match="must be a bool" if bad else f"rank {world - 1} refused"):
+        linrec.distributed.linrec(torch.randn(4, 8, **g), torch.rand(4, 8, **g), log_coeffs=1 if bad else False)
+    with pytest.raises(ValueError, match="delta of shape" if bad else f"rank {world - 1} refused"):
+        linrec.distributed.selective_scan(torch.randn(1, 2, 3, **g), torch.rand(1, 2, 4 if bad else 3, **g),
+                                          -torch.rand(2, 4, **g), torch.randn(2, 4, **g), torch.randn(2, 4, **g))
+    dist.barrier()
+
+
 def _worker(rank, world, store_path, failures, backend="gloo"):
     device = f"cuda:{rank}" if backend == "nccl" else "cpu"
     if backend == "nccl":
@@ -131,6 +146,7 @@ def _worker(rank, world, store_path, failures, backend="gloo"):
     try:
         _check_rank(world, rank, device)
         _check_selective_rank(world, rank, device)
+        _check_refusals(world, rank, device)
     except BaseException as error:  # reported to the test, which fails with it
         failures.put(f"rank {rank}: {type(error).__name__}: {error}")
         raise

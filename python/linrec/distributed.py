@@ -63,12 +63,18 @@ def linrec(inputs, coeffs, reverse=False, *, dim=-1, initial=None, log_coeffs=Fa
         linrec.linrec refuses.
     """
     group = _process_group(group)
-    if log_coeffs is not True and log_coeffs is not False:
-        raise ValueError(f"linrec: log_coeffs must be a bool, got {log_coeffs!r}")
-    inputs, coeffs, initial, dim = normalize(inputs, coeffs, initial, dim, reverse, complex_ok=True)
+
+    def check():
+        if log_coeffs is not True and log_coeffs is not False:
+            raise ValueError(f"linrec: log_coeffs must be a bool, got {log_coeffs!r}")
+        args = normalize(inputs, coeffs, initial, dim, reverse, complex_ok=True)
+        return args, _shape_meta(*args, bool(reverse), group)
+
+    inputs, coeffs, initial, dim = _checked_on_every_rank(
+        check, _LINREC_META, group, "dimensions, dim, dtypes, initial, reverse or shape (all but dim must match): "
+        "[ndim, dim, dtype, coeffs dtype, initial, reverse, shape...]")
     if log_coeffs:
         coeffs = exp_of_log(coeffs)
-    _check_same_on_every_rank(inputs, coeffs, initial, dim, bool(reverse), group)
     return _ShardedScan.apply(inputs, coeffs, initial, dim, bool(reverse), group)
 
 
@@ -83,12 +89,10 @@ def _process_group(group):
     return group
 
 
-def _comm_device(t: torch.Tensor, group) -> torch.device:
-    """Where the group's collectives take tensors: CUDA for NCCL, the tensor's own device else."""
-    if dist.get_backend(group) == "nccl":
-        if not t.is_cuda:
-            raise ValueError("linrec.distributed: a NCCL group takes CUDA tensors; use gloo for CPU tensors")
-    return t.device
+def _meta_device(group) -> torch.device:
+    """Where the argument checks' all_gather runs: the current CUDA device for NCCL, else the CPU."""
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else \
+        torch.device("cpu")
 
 
 def _gather(t: torch.Tensor, group) -> list[torch.Tensor]:
@@ -97,25 +101,44 @@ def _gather(t: torch.Tensor, group) -> list[torch.Tensor]:
     return out
 
 
-def _check_same_on_every_rank(inputs, coeffs, initial, dim, reverse, group) -> None:
-    """One fixed-size all_gather of each rank's dtypes and shape: a mismatch raises the same
-    ValueError on every rank, where the exchange of mismatched states would hang or fail."""
+_REFUSED = -7  # a rank's row of the argument check when its own checks raised (real rows hold >= -2)
+_LINREC_META = 6 + _MAX_DIMS
+_SELECTIVE_META = 11
+
+
+def _checked_on_every_rank(check, width: int, group, fields: str):
+    """check() -> (result, meta): this rank's own checks of its arguments (ValueError), and `width`
+    integers every rank must agree on. One all_gather of each rank's meta: a rank whose checks
+    raised sends a refusal and raises its own error, and every other rank raises one naming it,
+    so that no rank waits in a later collective for a rank that gave up; ranks whose meta differ
+    raise the same error. Returns the result."""
+    try:
+        result, meta = check()
+    except ValueError:
+        _gather(torch.full((width,), _REFUSED, dtype=torch.int64, device=_meta_device(group)), group)
+        raise
+    mine = torch.tensor(meta, dtype=torch.int64, device=_meta_device(group))
+    everyone = torch.stack(_gather(mine, group))
+    if bool(everyone.eq(mine).all()):  # one wait on the device, not one a rank
+        return result
+    refused = [rank for rank, row in enumerate(everyone.tolist()) if row[0] == _REFUSED]
+    if refused:
+        raise ValueError(f"linrec.distributed: rank {', '.join(map(str, refused))} refused its arguments (its own "
+                         "error says why)")
+    rows = "; ".join(f"rank {rank}: {row}" for rank, row in enumerate(everyone.tolist()))
+    raise ValueError(f"linrec.distributed: the ranks' arguments differ in {fields} {rows}")
+
+
+def _shape_meta(inputs, coeffs, initial, dim, reverse, group) -> list[int]:
+    """What every rank must agree on: dimensions, dim, dtypes, initial, reverse and the shape but
+    for dim (fixed width)."""
+    if dist.get_backend(group) == "nccl" and not inputs.is_cuda:
+        raise ValueError("linrec.distributed: a NCCL group takes CUDA tensors; use gloo for CPU tensors")
     if inputs.dim() > _MAX_DIMS:
         raise ValueError(f"linrec.distributed: inputs has {inputs.dim()} dimensions; at most {_MAX_DIMS}")
     shape = [s if d != dim else -1 for d, s in enumerate(inputs.shape)] + [-2] * (_MAX_DIMS - inputs.dim())
-    meta = [inputs.dim(), dim, _DTYPE_CODES[inputs.dtype], _DTYPE_CODES[coeffs.dtype], int(initial is not None),
+    return [inputs.dim(), dim, _DTYPE_CODES[inputs.dtype], _DTYPE_CODES[coeffs.dtype], int(initial is not None),
             int(reverse), *shape]
-    _check_meta(meta, inputs, group, "dimensions, dim, dtypes, initial, reverse or shape (all but dim must match): "
-                "[ndim, dim, dtype, coeffs dtype, initial, reverse, shape...]")
-
-
-def _check_meta(meta: list[int], like: torch.Tensor, group, fields: str) -> None:
-    """Raises the same ValueError on every rank where any rank's `meta` differs from this one's."""
-    mine = torch.tensor(meta, dtype=torch.int64, device=_comm_device(like, group))
-    everyone = _gather(mine, group)
-    if not bool(torch.stack(everyone).eq(mine).all()):  # one wait on the device, not one a rank
-        rows = "; ".join(f"rank {rank}: {other.tolist()}" for rank, other in enumerate(everyone))
-        raise ValueError(f"linrec.distributed: the ranks' arguments differ in {fields} {rows}")
 
 
 def _leaving(inputs, coeffs, dim, reverse, exchange):
@@ -221,16 +244,22 @@ def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_sof
     from ._selective import selective_scan as local_scan
 
     group = _process_group(group)
-    if not isinstance(u, torch.Tensor) or u.dim() != 3:
-        raise ValueError("linrec.distributed: u must be a (batch, dim, length) tensor")
-    per_step = [t.dim() > 2 if isinstance(t, torch.Tensor) else -1 for t in (B, C)]
-    meta = [*u.shape[:2], _DTYPE_CODES.get(u.dtype, -1), *(A.shape if isinstance(A, torch.Tensor) else (-1, -1)),
-            *per_step, int(initial_state is not None), int(bool(reverse)), int(bool(delta_softplus)),
-            int(delta_bias is not None)]
-    _check_meta(meta, u, group, "[batch, dim, dtype, A's shape, B per step, C per step, initial_state, reverse, "
-                "delta_softplus, delta_bias]:")
-    # This shard's map of its entering state: leaving = decay * entering + from_zero.
-    _, from_zero = local_scan(u, delta, A, B, C, None, None, delta_bias, delta_softplus, True, reverse=reverse)
+
+    def check():
+        """This shard's own checks, and the scan from zero: its map of the entering state is
+        leaving = decay * entering + from_zero."""
+        if not isinstance(u, torch.Tensor) or u.dim() != 3:
+            raise ValueError("linrec.distributed: u must be a (batch, dim, length) tensor")
+        if dist.get_backend(group) == "nccl" and not u.is_cuda:
+            raise ValueError("linrec.distributed: a NCCL group takes CUDA tensors; use gloo for CPU tensors")
+        _, last = local_scan(u, delta, A, B, C, None, None, delta_bias, delta_softplus, True, reverse=reverse)
+        per_step = [int(t.dim() > 2) for t in (B, C)]
+        return last, [*u.shape[:2], _DTYPE_CODES[u.dtype], *A.shape, *per_step, int(initial_state is not None),
+                      int(bool(reverse)), int(bool(delta_softplus)), int(delta_bias is not None)]
+
+    from_zero = _checked_on_every_rank(
+        check, _SELECTIVE_META, group, "[batch, dim, dtype, A's shape, B per step, C per step, initial_state, "
+        "reverse, delta_softplus, delta_bias]:")
     dt = delta.to(from_zero.dtype)
     if delta_bias is not None:
         dt = dt + delta_bias.to(dt.dtype).unsqueeze(-1)
