@@ -59,6 +59,18 @@ def test_two_cpu_processes_write_the_rows(tmp_path):
         assert p["projected_ms"] > 0 and p["vs_single"] > 0
 
 
+def test_no_case_matching_only_is_an_error(tmp_path):
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+               "-m", "linrec.bench", "--distributed", "--elements", str(ELEMENTS), "--reps", "2", "--inner", "1",
+               "--only", "no such case"]
+    result = subprocess.run(command, cwd=tmp_path, env=environment(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES=""),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "python -m linrec.bench --distributed: error: no case name contains 'no such case' (--only)" in \
+        result.stderr
+    assert "device: CPU" not in result.stdout
+
+
 def test_ring_model_through_its_two_points():
     model = RingAllGather(alpha_ms=0.01, beta_bytes_per_ms=1e8)
     fitted = RingAllGather.fit(4, (16, model.ms(4, 16)), (2**24, model.ms(4, 2**24)))

@@ -110,6 +110,13 @@ def test_main_job_writes_nothing(tmp_path):
     ("linrec.tune", ["--kernels", "ref"], "argument --kernels: invalid choice: 'ref'"),
     ("linrec.tune", ["--lengths", "16", "0"], "argument --lengths: 0 is not positive"),
     ("linrec.func_attrs", ["--csv"], "unrecognized arguments: --csv"),
+    # Files to write are checked before anything runs; no option is taken for a prefix.
+    ("linrec.bench", ["--host", "--json", "/no/such/folder/b.json"], "argument --json: folder /no/such/folder does "
+                                                                     "not exist"),
+    ("linrec.bench", ["--png", "."], "argument --png: cannot write ."),
+    ("linrec.tune", ["--table", "/no/such/folder/t.json"], "argument --table: folder /no/such/folder does not exist"),
+    ("linrec.func_attrs", ["--json", "/no/such/folder/f.json"], "argument --json: folder /no/such/folder"),
+    ("linrec.bench", ["--distrib"], "unrecognized arguments: --distrib"),
 ])
 def test_bad_arguments(name, args, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -210,3 +217,10 @@ def test_func_attrs_writes_only_what_is_asked(monkeypatch, fake_gpu, in_tmp, cap
     assert os.listdir(in_tmp) == [] and "1 kernels, 0 with local memory" in capsys.readouterr().out
     assert func_attrs.main(["--json", "f.json"]) == 0
     assert json.loads((in_tmp / "f.json").read_text())[0]["num_regs"] == 40
+
+
+def test_main_job_names_a_size_it_cannot_allocate(capsys):
+    assert TOOLS["linrec"].main(["--seqs", "99999999999", "--length", "99999999"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("python -m linrec: error: cannot allocate 99999999999 x 99999999 float32") and \
+        err.count("\n") == 1

@@ -53,9 +53,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     name = torch.cuda.get_device_name() if gpu else "CPU"
     print(f"linrec {linrec.__version__} on {name}: {seqs} sequences x {length}, float32")
 
-    x = torch.randn(seqs, length, device=device)
-    c = torch.rand(seqs, length, device=device) * 0.5 + 0.5
-    h0 = torch.randn(seqs, device=device)
+    try:
+        x = torch.randn(seqs, length, device=device)
+        c = torch.rand(seqs, length, device=device) * 0.5 + 0.5
+        h0 = torch.randn(seqs, device=device)
+    except (RuntimeError, MemoryError) as error:  # torch.OutOfMemoryError is a RuntimeError
+        return _cli.fail(PROG, f"cannot allocate {seqs} x {length} float32 on {name}: {str(error).splitlines()[0]}")
     check = slice(0, min(seqs, 64))
     ref = linrec_hop(x[check].double(), c[check].double(), initial=h0[check].double())
     y = linrec.linrec(x, c, initial=h0)

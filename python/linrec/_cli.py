@@ -15,7 +15,9 @@ from ._version import __version__
 
 def parser(prog: str, doc: str) -> argparse.ArgumentParser:
     """An ArgumentParser with the module docstring's first line as its description, and --version."""
-    p = argparse.ArgumentParser(prog=prog, description=doc.splitlines()[0])
+    # No abbreviations: a tool that looks for one option before parsing (bench's --distributed)
+    # would miss a prefix of it that argparse then takes.
+    p = argparse.ArgumentParser(prog=prog, description=doc.splitlines()[0], allow_abbrev=False)
     p.add_argument("--version", action="version", version=f"linrec {__version__}")
     return p
 
@@ -29,6 +31,17 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not positive")
     return value
+
+
+def output_path(text: str) -> str:
+    """An argparse type: a file to write, in a folder that exists and is writable, so that a run
+    fails at once rather than after its measurements."""
+    folder = os.path.dirname(os.path.abspath(text))
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"cannot write {text}")
+    return text
 
 
 def cuda_unavailable(compiled_kernels: bool) -> str | None:

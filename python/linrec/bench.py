@@ -380,8 +380,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--distributed", action="store_true",
                         help="instead, the weak scaling of linrec.distributed, under torchrun "
                              "(its options: --distributed --help)")
-    parser.add_argument("--json", metavar="PATH", help="write the rows to this JSON file")
-    parser.add_argument("--png", metavar="PATH", help="plot the grid cases into this PNG file (needs matplotlib)")
+    parser.add_argument("--json", metavar="PATH", type=_cli.output_path,
+                        help="write the rows to this JSON file")
+    parser.add_argument("--png", metavar="PATH", type=_cli.output_path,
+                        help="plot the grid cases into this PNG file (needs matplotlib)")
     args = parser.parse_args(argv)
     if args.host:  # no GPU needed
         from . import bench_host

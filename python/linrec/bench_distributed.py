@@ -361,7 +361,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reps", type=_cli.positive_int, default=30, help="samples per figure (default: 30)")
     parser.add_argument("--inner", type=_cli.positive_int, default=10, help="calls per sample (default: 10)")
     parser.add_argument("--only", default="", help="run the cases whose name contains this")
-    parser.add_argument("--json", metavar="PATH", help="rank 0 writes the rows to this JSON file")
+    parser.add_argument("--json", metavar="PATH", type=_cli.output_path,
+                        help="rank 0 writes the rows to this JSON file")
     args = parser.parse_args(argv)
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         return _cli.fail(PROG, f"runs one process a GPU under torchrun: {LAUNCH}")
@@ -371,7 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _cli.fail(PROG, str(error))
     try:
         result = run(args.elements, args.dtypes, args.reps, args.inner, args.only, device)
-        if dist.get_rank() == 0:
+        if result["rows"] and dist.get_rank() == 0:
             name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
             world, backend = dist.get_world_size(), dist.get_backend()
             print_tables(result, name, world, backend, args.elements)
@@ -382,4 +383,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         dist.barrier()  # no rank closes its connections while rank 0 still writes
     finally:
         dist.destroy_process_group()
+    if not result["rows"]:
+        return _cli.fail(PROG, f"no case name contains {args.only!r} (--only)")
     return 0

@@ -45,7 +45,8 @@ def collect():
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _cli.parser(PROG, __doc__)
-    parser.add_argument("--json", metavar="PATH", help="also write the rows to this JSON file")
+    parser.add_argument("--json", metavar="PATH", type=_cli.output_path,
+                        help="also write the rows to this JSON file")
     args = parser.parse_args(argv)
     reason = _cli.cuda_unavailable(compiled_kernels=True)
     if reason:

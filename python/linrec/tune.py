@@ -99,9 +99,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seqs", type=_cli.positive_int, default=None,
                         help="sequences per length (default: fill --max-elems)")
     parser.add_argument("--reps", type=_cli.positive_int, default=20, help="samples per figure (default: 20)")
-    parser.add_argument("--json", metavar="PATH", help="write every run to this JSON file")
+    parser.add_argument("--json", metavar="PATH", type=_cli.output_path,
+                        help="write every run to this JSON file")
     parser.add_argument("--all", action="store_true", help="also print every run, not only the best per length")
-    parser.add_argument("--table", metavar="PATH", help="instead, measure a tuning table for this device into PATH")
+    parser.add_argument("--table", metavar="PATH", type=_cli.output_path,
+                        help="instead, measure a tuning table for this device into PATH")
     parser.add_argument("--template", default=tuning.DEFAULT_TABLE, choices=tuning.tables(),
                         help=f"--table: the table whose rows are measured (default: {tuning.DEFAULT_TABLE})")
     parser.add_argument("--keep-bounds", action="store_true",
