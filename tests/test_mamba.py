@@ -5,6 +5,7 @@ mamba_ssm and a GPU are there) the outputs of mamba_ssm's own block with the sam
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 import pytest
@@ -276,8 +277,26 @@ def test_empty_sequences():
         assert all(g is None or not g.any() for g in grads)
 
 
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(d_model=0), "d_model must be a positive int, got 0"),
+    (dict(d_model=4.5), "d_model must be a positive int, got 4.5"),
+    (dict(d_model=8, d_state=-1), "d_state must be a positive int"),
+    (dict(d_model=8, d_conv=0), "d_conv must be a positive int"),
+    (dict(d_model=8, expand=0), "expand must be a number with int"),
+    (dict(d_model=8, dt_rank=0), "dt_rank must be 'auto' or a positive int, got 0"),
+    (dict(d_model=8, dt_rank="bad"), "dt_rank must be 'auto' or a positive int, got 'bad'"),
+    (dict(d_model=8, dt_min=0), "dt_min and dt_max must be numbers with 0 < dt_min <= dt_max, got 0 and 0.1"),
+    (dict(d_model=8, dt_min=0.5), "dt_min and dt_max must be numbers with 0 < dt_min <= dt_max, got 0.5 and 0.1"),
+])
+def test_constructor_errors_name_the_argument(kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(f"linrec: Mamba's {message}")):
+        Mamba(**kwargs)
+
+
 def test_errors():
     block = Mamba(8)
+    with pytest.raises(ValueError, match="Mamba's input must be a tensor, got list"):
+        block([[1.0] * 8])
     with pytest.raises(ValueError, match="cu_seqlens or inference_params"):
         block(torch.randn(1, 5, 8), InferenceParams(), cu_seqlens=torch.tensor([0, 5]))
     with pytest.raises(ValueError, match=r"end at hidden_states.shape\[1\] = 5"):

@@ -204,6 +204,12 @@ def test_layer_errors_name_the_argument():
     for bad in (0, 1.0, True):
         with pytest.raises(ValueError, match=f"num_layers must be a positive int, got {bad!r}"):
             LSLSTM(3, 4, num_layers=bad)
+    for layer in (GILR, LSLSTM):
+        for bad in (0, -2, 4.5, "4"):
+            with pytest.raises(ValueError, match=f"hidden_size must be a positive int, got {bad!r}"):
+                layer(3, bad)
+            with pytest.raises(ValueError, match=f"input_size must be a positive int, got {bad!r}"):
+                layer(bad, 3)
 
 
 def test_models_compile_fullgraph():

@@ -8,6 +8,7 @@ kernels and causal-conv1d's: it runs on the CPU and on any GPU.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 import torch
@@ -37,6 +38,24 @@ def _segment_causal_conv(x: torch.Tensor, conv: nn.Conv1d, cu_seqlens: torch.Ten
         reaching = F.pad(x, (back, 0))[..., :length] * (position - back >= start)
         out = out + conv.weight[:, 0, taps - 1 - back, None].to(x.dtype) * reaching
     return out
+
+
+def _is_positive_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+
+
+def _check_sizes(d_model, d_state, d_conv, expand, dt_rank, dt_min, dt_max) -> None:
+    """Mamba's sizes, each named where it is wrong (torch's errors name none)."""
+    for name, value in (("d_model", d_model), ("d_state", d_state), ("d_conv", d_conv)):
+        if not _is_positive_int(value):
+            raise ValueError(f"linrec: Mamba's {name} must be a positive int, got {value!r}")
+    if isinstance(expand, bool) or not isinstance(expand, numbers.Real) or int(expand * d_model) < 1:
+        raise ValueError(f"linrec: Mamba's expand must be a number with int(expand * d_model) >= 1, got {expand!r}")
+    if dt_rank != "auto" and not _is_positive_int(dt_rank):
+        raise ValueError(f"linrec: Mamba's dt_rank must be 'auto' or a positive int, got {dt_rank!r}")
+    if not (isinstance(dt_min, numbers.Real) and isinstance(dt_max, numbers.Real) and 0 < dt_min <= dt_max):
+        raise ValueError(f"linrec: Mamba's dt_min and dt_max must be numbers with 0 < dt_min <= dt_max, got "
+                         f"{dt_min!r} and {dt_max!r}")
 
 
 class Mamba(nn.Module):
@@ -102,6 +121,7 @@ class Mamba(nn.Module):
         super().__init__()
         if dt_init not in ("random", "constant"):
             raise ValueError(f"linrec: dt_init must be 'random' or 'constant', got {dt_init!r}")
+        _check_sizes(d_model, d_state, d_conv, expand, dt_rank, dt_min, dt_max)
         factory = {"device": device, "dtype": dtype}
         self.d_model, self.d_state, self.d_conv, self.expand = d_model, d_state, d_conv, expand
         self.d_inner = int(expand * d_model)
@@ -152,6 +172,8 @@ class Mamba(nn.Module):
         input's device): each segment runs as if alone, its convolution and its scan starting
         from zero (linrec.selective_scan's cu_seqlens). Not with inference_params.
         """
+        if not isinstance(hidden_states, torch.Tensor):
+            raise ValueError(f"linrec: Mamba's input must be a tensor, got {type(hidden_states).__name__}")
         if hidden_states.dim() != 3 or hidden_states.shape[-1] != self.d_model:
             raise ValueError(f"linrec: Mamba input of shape {tuple(hidden_states.shape)} must be "
                              f"(batch, length, d_model={self.d_model})")

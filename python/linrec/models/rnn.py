@@ -35,6 +35,7 @@ a gate near 1 is a long memory, which 16 bits round to an endless one (bfloat16 
 
 from __future__ import annotations
 
+import numbers
 from typing import Callable
 
 import torch
@@ -64,9 +65,9 @@ def _check_state(name: str, t: torch.Tensor | None, num_layers: int, batch: int,
         raise ValueError(f"linrec: {name} of shape {shape} must be (num_layers={num_layers}, batch={batch}, {size})")
 
 
-def _check_num_layers(num_layers: int) -> None:
-    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
-        raise ValueError(f"linrec: num_layers must be a positive int, got {num_layers!r}")
+def _check_positive_int(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"linrec: {name} must be a positive int, got {value!r}")
 
 
 class _Stacked(nn.Module):
@@ -77,7 +78,8 @@ class _Stacked(nn.Module):
                  activation: Callable[[torch.Tensor], torch.Tensor], num_layers: int,
                  make_layer: Callable[[int], nn.Module]):
         super().__init__()
-        _check_num_layers(num_layers)
+        for name, value in (("input_size", input_size), ("hidden_size", hidden_size), ("num_layers", num_layers)):
+            _check_positive_int(name, value)
         self.input_size, self.hidden_size, self.batch_first = input_size, hidden_size, batch_first
         self.num_layers, self.activation = num_layers, activation
         self.layers = nn.ModuleList(make_layer(input_size if k == 0 else hidden_size) for k in range(num_layers))
