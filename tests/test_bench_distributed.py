@@ -24,12 +24,16 @@ def environment(**extra):
     return {**env, **extra}
 
 
-def test_two_cpu_processes_write_the_rows(tmp_path):
+def bench_on_two_cpu_processes(tmp_path, *args):
+    """torchrun of `python -m linrec.bench --distributed ARGS` on 2 CPU processes (gloo), in tmp_path."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-               "-m", "linrec.bench", "--distributed", "--elements", str(ELEMENTS), "--reps", "3", "--inner", "1",
-               "--json", "weak.json"]
-    result = subprocess.run(command, cwd=tmp_path, env=environment(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES=""),
-                            capture_output=True, text=True, timeout=120)
+               "-m", "linrec.bench", "--distributed", "--elements", str(ELEMENTS), "--inner", "1", *args]
+    return subprocess.run(command, cwd=tmp_path, env=environment(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES=""),
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_two_cpu_processes_write_the_rows(tmp_path):
+    result = bench_on_two_cpu_processes(tmp_path, "--reps", "3", "--json", "weak.json")
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("device: CPU, 2 ranks (gloo)") == 1  # rank 0 alone prints
     assert "projection from 2 ranks (a model, not a measurement)" in result.stdout
@@ -60,11 +64,7 @@ def test_two_cpu_processes_write_the_rows(tmp_path):
 
 
 def test_no_case_matching_only_is_an_error(tmp_path):
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-               "-m", "linrec.bench", "--distributed", "--elements", str(ELEMENTS), "--reps", "2", "--inner", "1",
-               "--only", "no such case"]
-    result = subprocess.run(command, cwd=tmp_path, env=environment(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES=""),
-                            capture_output=True, text=True, timeout=120)
+    result = bench_on_two_cpu_processes(tmp_path, "--reps", "2", "--only", "no such case")
     assert result.returncode != 0
     assert "python -m linrec.bench --distributed: error: no case name contains 'no such case' (--only)" in \
         result.stderr
