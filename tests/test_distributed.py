@@ -135,6 +135,10 @@ def _check_refusals(world, rank, device):
     with pytest.raises(ValueError, match="delta of shape" if bad else f"rank {world - 1} refused"):
         linrec.distributed.selective_scan(torch.randn(1, 2, 3, **g), torch.rand(1, 2, 4 if bad else 3, **g),
                                           -torch.rand(2, 4, **g), torch.randn(2, 4, **g), torch.randn(2, 4, **g))
+    with pytest.raises(ValueError, match="z of shape" if bad else f"rank {world - 1} refused"):
+        linrec.distributed.selective_scan(torch.randn(1, 2, 3, **g), torch.rand(1, 2, 3, **g), -torch.rand(2, 4, **g),
+                                          torch.randn(2, 4, **g), torch.randn(2, 4, **g),
+                                          z=torch.randn(1, 2, 4 if bad else 3, **g))
     dist.barrier()
 
 

@@ -241,7 +241,7 @@ def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_sof
         ValueError, on every rank: shapes, dtypes or options that differ across ranks, or the
         arguments linrec.selective_scan refuses.
     """
-    from ._selective import selective_scan as local_scan
+    from ._selective import _check_shape, _check_tensor, selective_scan as local_scan
 
     group = _process_group(group)
 
@@ -253,6 +253,13 @@ def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_sof
         if dist.get_backend(group) == "nccl" and not u.is_cuda:
             raise ValueError("linrec.distributed: a NCCL group takes CUDA tensors; use gloo for CPU tensors")
         _, last = local_scan(u, delta, A, B, C, None, None, delta_bias, delta_softplus, True, reverse=reverse)
+        # What only the later, local scan reads, checked now: a rank that raised there would leave
+        # the others waiting in the backward's exchange.
+        batch, channels, states = *u.shape[:2], A.shape[1]
+        for name, t, shape in (("D", D, (channels,)), ("z", z, u.shape),
+                               ("initial_state", initial_state, (batch, channels, states))):
+            _check_tensor(name, t, u.device, required=False)
+            _check_shape(name, t, shape, "{0}")
         per_step = [int(t.dim() > 2) for t in (B, C)]
         return last, [*u.shape[:2], _DTYPE_CODES[u.dtype], *A.shape, *per_step, int(initial_state is not None),
                       int(bool(reverse)), int(bool(delta_softplus)), int(delta_bias is not None)]
