@@ -19,7 +19,10 @@ import torch.distributed as dist
 # process groups that exist (torch 2.14): destroy_process_group leaves gloo's threads running into
 # the interpreter's exit, where one can abort it ("terminate called without an active exception").
 # Imported here, before any group exists, it holds none.
-import torch.distributed._shard  # noqa: F401
+try:
+    import torch.distributed._shard  # noqa: F401
+except ImportError:  # a torch without it
+    pass
 
 import linrec
 import linrec.distributed

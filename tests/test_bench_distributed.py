@@ -66,8 +66,8 @@ def test_two_cpu_processes_write_the_rows(tmp_path):
 def test_no_case_matching_only_is_an_error(tmp_path):
     result = bench_on_two_cpu_processes(tmp_path, "--reps", "2", "--only", "no such case")
     assert result.returncode != 0
-    assert "python -m linrec.bench --distributed: error: no case name contains 'no such case' (--only)" in \
-        result.stderr
+    assert "python -m linrec.bench --distributed: error: no case name contains 'no such case' (--only; the " \
+        "cases: (1, 32768), (8, 2048, 2), selective (1, 1536, 16, 16))" in result.stderr
     assert "device: CPU" not in result.stdout
 
 

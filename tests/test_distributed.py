@@ -2,6 +2,7 @@
 against the whole sequence in one process (linrec.linrec: the float64 loop; selective_scan:
 linrec.selective_scan, itself checked against a float64 loop in test_selective_scan.py)."""
 
+import datetime
 import os
 import zlib
 
@@ -146,7 +147,9 @@ def _worker(rank, world, store_path, failures, backend="gloo"):
     device = f"cuda:{rank}" if backend == "nccl" else "cpu"
     if backend == "nccl":
         torch.cuda.set_device(rank)
-    dist.init_process_group(backend, init_method=f"file://{store_path}", rank=rank, world_size=world)
+    # A minute, not the default half hour: a rank left waiting for another fails the test soon.
+    dist.init_process_group(backend, init_method=f"file://{store_path}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
     try:
         _check_rank(world, rank, device)
         _check_selective_rank(world, rank, device)

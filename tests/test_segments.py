@@ -136,7 +136,7 @@ BAD = [
     (dict(cu_seqlens=torch.tensor([0, 10], device="meta")), "cu_seqlens is on meta"),
     (dict(cu_seqlens=torch.tensor([0, 4, 10]), initial=torch.zeros(2, 3)), "initial holds one state a segment"),
     (dict(cu_seqlens=torch.tensor([0, 4, 10]), initial=1j), "initial must be a tensor or a real number"),
-    (dict(cu_seqlens=torch.tensor([0, 4, 10]), initial=10**400), "initial is a int too large for a float"),
+    (dict(cu_seqlens=torch.tensor([0, 4, 10]), initial=10**400), r"initial \(int\) is too large for a float"),
     (dict(cu_seqlens=torch.tensor([0, 4, 10]), initial=torch.zeros(2, 2, dtype=torch.complex64)), "initial is complex"),
     (dict(cu_seqlens=torch.tensor([0, 4, 10]), initial=torch.zeros(2, 2, device="meta")), "initial is on meta"),
     (dict(log_coeffs=1.0), "log_coeffs must be a bool"),

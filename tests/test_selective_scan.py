@@ -344,6 +344,13 @@ def test_higher_order_and_forward_mode_raise():
     with pytest.raises(NotImplementedError, match="selective_scan has no forward-mode AD"):
         torch.func.jvp(lambda u: linrec.selective_scan(**{**plain, "u": u}), (plain["u"],), (plain["u"],))
 
+    def loss(u):
+        return linrec.selective_scan(**{**plain, "u": u}).square().sum()
+
+    torch.func.grad(loss)(plain["u"])  # first order: runs
+    with pytest.raises(NotImplementedError, match="nested torch.func transforms"):  # they came back zero
+        torch.func.grad(lambda u: torch.func.grad(loss)(u).sum())(plain["u"])
+
 
 def test_compile_fullgraph():
     """torch.compile(fullgraph=True) traces linrec.selective_scan and its backward with no graph

@@ -22,7 +22,13 @@ def _gloo_threads():
     tasks = Path("/proc/self/task")
     if not tasks.is_dir():
         return None
-    return [name for name in ((t / "comm").read_text().strip() for t in tasks.iterdir()) if "gloo" in name]
+    names = []
+    for task in tasks.iterdir():
+        try:
+            names.append((task / "comm").read_text().strip())
+        except OSError:  # a thread that ended meanwhile
+            pass
+    return [name for name in names if "gloo" in name]
 
 
 def _worker(rank, store_path, results):

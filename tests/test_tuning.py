@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from linrec import tuning
-from linrec.tune_table import differences, move_boundaries, probe_shapes, taker
+from linrec.tune_table import differences, fits, move_boundaries, probe_shapes, taker
 
 
 def props(sms, major, minor, clock_khz, bus_bits, name="GPU"):
@@ -149,7 +149,8 @@ def test_no_row_moves_where_its_own_kernel_is_faster():
     assert move_boundaries(TILE_THEN_PIPE, 132, time_pair, log=lambda _: None) == TILE_THEN_PIPE
 
 
-LENGTHS = [1, 2, 3, 17, 33, 64, 100, 127, 128, 255, 256, 1000, 1024, 2047, 2048, 4096, 4097, 8193, 16384, 2**20, 2**24]
+LENGTHS = [1, 2, 3, 17, 33, 64, 100, 127, 128, 129, 255, 256, 257, 511, 512, 513, 1000, 1023, 1024, 1025, 2047,
+           2048, 2049, 4095, 4096, 4097, 8193, 16384, 2**20, 2**24]
 
 
 @pytest.mark.parametrize("name", tuning.tables())
@@ -184,7 +185,8 @@ def test_moved_shipped_tables_still_serve_every_call(name, other_faster):
                 for length in LENGTHS:
                     for seqs in (1, 2 * sms, 100 * sms):
                         if taker(template, storage, layout, direction, length, seqs, sms) is not None:
-                            assert taker(kept, storage, layout, direction, length, seqs, sms) is not None
+                            row = kept[taker(kept, storage, layout, direction, length, seqs, sms)]
+                            assert fits(row["kernel"], length, row["config"]), (storage, direction, length, row)
 
 
 def test_measure_times_configs_then_moves_ends(monkeypatch):
@@ -205,8 +207,29 @@ def test_measure_times_configs_then_moves_ends(monkeypatch):
         return cost * (1.0 if config[:2] == (4, 64) else 0.99)
 
     monkeypatch.setattr(tune_table, "time_config", time_config)
-    rows = tune_table.measure({"rows": TILE_THEN_PIPE}, reps=1, log=lambda _: None)
+    rows = tune_table.measure({"rows": TILE_THEN_PIPE}, reps=1, log=lambda _: None, bounds=True)
     assert [r["config"] for r in rows] == [r["config"] for r in TILE_THEN_PIPE]
     assert [r.get("max_len") for r in rows] == [1024, 2048, None]
     assert ("tile", (16, 256), 4096, ("bwd",)) in timed and ("pipe", (8, 64), 4096, ("bwd",)) in timed
-    assert tune_table.measure({"rows": TILE_THEN_PIPE}, reps=1, log=lambda _: None, bounds=False)[1]["max_len"] == 4096
+    # Without --move-bounds (the default), the ends stay the template's.
+    assert tune_table.measure({"rows": TILE_THEN_PIPE}, reps=1, log=lambda _: None)[1]["max_len"] == 4096
+
+
+def test_a_row_shared_by_storage_classes_stays_while_one_still_reaches_it():
+    """complex128 up to 512 is the first row's; complex64 from 1 and complex128 above 512 the
+    second's. The second loses its longest lengths to the chained row down to 256: complex128
+    calls no longer reach it, complex64 ones up to 256 still do, so it stays. The first row, now
+    next to the chained row at 512, loses 512 to it as well."""
+    rows = [
+        {"storage": ["complex128"], "layout": "rows", "max_len": 512, "kernel": "tile",
+         "config": [4, 256, "vector", "block"]},
+        {"storage": ["complex64", "complex128"], "layout": "rows", "max_len": 1024, "kernel": "tile",
+         "config": [4, 256, "vector", "block"]},
+        {"storage": ["complex64", "complex128"], "layout": "rows", "kernel": "chained",
+         "config": [16, 128, "staged", "block"]},
+    ]
+    moved = move_boundaries(rows, 132, lambda row, other, *_: (1.0, 0.5 if other["kernel"] == "chained" else 2.0),
+                            log=lambda _: None)
+    assert [r and r.get("max_len") for r in moved] == [256, 256, None]
+    assert taker(moved, "complex64", "rows", "fwd", 200, 13200, 132) == 1
+    assert taker(moved, "complex64", "rows", "fwd", 300, 13200, 132) == 2

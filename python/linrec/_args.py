@@ -61,7 +61,7 @@ def _as_float(name: str, value) -> float:
     try:
         return float(value)
     except OverflowError:
-        raise ValueError(f"linrec: {name} is a {type(value).__name__} too large for a float (it overflows "
+        raise ValueError(f"linrec: {name} ({type(value).__name__}) is too large for a float (it overflows "
                          "float64)") from None
 
 

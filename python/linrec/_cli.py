@@ -36,10 +36,12 @@ def positive_int(text: str) -> int:
 def output_path(text: str) -> str:
     """An argparse type: a file to write, in a folder that exists and is writable, so that a run
     fails at once rather than after its measurements."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path")
     folder = os.path.dirname(os.path.abspath(text))
     if not os.path.isdir(folder):
         raise argparse.ArgumentTypeError(f"folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or os.path.isdir(text):
+    if os.path.isdir(text) or not os.access(text if os.path.exists(text) else folder, os.W_OK):
         raise argparse.ArgumentTypeError(f"cannot write {text}")
     return text
 

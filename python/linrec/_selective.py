@@ -13,6 +13,7 @@ import numbers
 
 import torch
 import torch.autograd.forward_ad as fwAD
+from torch._C._functorch import TransformType, get_interpreter_stack
 
 from ._backend import cuda_backend
 from ._segments import check_cu_seqlens, cut_flags
@@ -29,24 +30,30 @@ def _check_flag(name, value):
 
 
 def _check_tensor(name, t, device, required=True):
-    """t is a dense real floating tensor on u's device, `device` (None allowed unless required)."""
+    """t is a real floating tensor on u's device, `device` (None allowed unless required)."""
     if t is None and not required:
         return
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"linrec: {name} must be a tensor, got {type(t).__name__}")
-    _check_dense(name, t)
     if not t.is_floating_point():
         raise ValueError(f"linrec: {name} has dtype {t.dtype}; expected a real floating dtype")
     if t.device != device:
         raise ValueError(f"linrec: {name} is on {t.device} but u is on {device}")
 
 
-def _check_dense(name, t):
-    """Sparse and nested tensors raise here, not in the dispatcher (a nested tensor may report the
-    strided layout)."""
-    if t.is_nested or t.layout != torch.strided:
-        raise ValueError(f"linrec: {name} must be a dense tensor, got "
-                         f"{'a nested tensor' if t.is_nested else f'layout {t.layout}'}")
+def _refuse_sparse_and_nested(**tensors):
+    """A ValueError naming the first sparse or nested tensor among `tensors`, if any. Called only
+    once a call has failed: checking each argument up front cost every call host time."""
+    for name, t in tensors.items():
+        if isinstance(t, torch.Tensor) and (t.is_nested or t.layout != torch.strided):
+            raise ValueError(f"linrec: {name} must be a dense tensor, got "
+                             f"{'a nested tensor' if t.is_nested else f'layout {t.layout}'}")
+
+
+def _differentiating_transforms() -> int:
+    """How many torch.func transforms that differentiate (grad, vjp, jvp) are active."""
+    stack = get_interpreter_stack() or ()
+    return sum(level.key() in (TransformType.Grad, TransformType.Jvp) for level in stack)
 
 
 def _check_shape(name, t, shape, expected):
@@ -128,22 +135,34 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
         cu_seqlens, in float32 (float64 for float64 u). The scan computes in that float type
         too. Differentiable (first order) in every tensor argument, initial_state included;
         gradients come in each argument's dtype and shape. On the compiled kernels (CPU and
-        CUDA) also under torch.func.grad and torch.func.vjp. A second derivative (through a
-        backward with create_graph=True) raises, as does forward-mode AD.
+        CUDA) also under torch.func.grad and torch.func.vjp. A second derivative (a backward
+        with create_graph=True, nested torch.func transforms) raises, as does forward-mode AD.
 
     Raises:
         ValueError: a wrong type, dtype, device or shape, naming the argument.
-        NotImplementedError: dual tensors (forward-mode AD, torch.func.jvp).
+        NotImplementedError: dual tensors (forward-mode AD, torch.func.jvp), nested torch.func
+            transforms.
 
     On CUDA tensors the compiled kernels run when the build has them for the device, the
     Triton implementation otherwise (LINREC_BACKEND=cuda|triton forces one).
     """
+    try:
+        return _selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state,
+                               initial_state, reverse, cu_seqlens)
+    except Exception:
+        _refuse_sparse_and_nested(u=u, delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=delta_bias,
+                                  initial_state=initial_state)
+        raise
+
+
+def _selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, initial_state, reverse,
+                    cu_seqlens):
+    """linrec.selective_scan, for dense tensors."""
     delta_softplus = _check_flag("delta_softplus", delta_softplus)
     return_last_state = _check_flag("return_last_state", return_last_state)
     reverse = _check_flag("reverse", reverse)
     if not isinstance(u, torch.Tensor):
         raise ValueError(f"linrec: u must be a tensor, got {type(u).__name__}")
-    _check_dense("u", u)
     if u.dtype not in VALUE_DTYPES:
         raise ValueError(f"linrec: u has dtype {u.dtype}; expected float32, float64, float16 or bfloat16")
     if u.dim() != 3:
@@ -202,7 +221,7 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
 
     tensors = (u, delta, A, B, C, D, z, delta_bias, initial_state)
     # Dual tensors (forward-mode AD) carry tangents whatever the grad mode; none exist outside a dual level.
-    if not torch.compiler.is_compiling() and getattr(fwAD, "_current_level", 0) >= 0 and any(
+    if getattr(fwAD, "_current_level", 0) >= 0 and not torch.compiler.is_compiling() and any(
             t is not None and fwAD.unpack_dual(t).tangent is not None for t in tensors):
         raise NotImplementedError("linrec: selective_scan has no forward-mode AD (dual tensors, torch.func.jvp); "
                                   "it differentiates in reverse mode, to first order")
@@ -214,6 +233,9 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
         if cuts is not None:
             config += (cuts, cu_seqlens)
     if torch._C._are_functorch_transforms_active():
+        if _differentiating_transforms() > 1:  # the backward ops have no derivative: it would come back zero
+            raise NotImplementedError("linrec: selective_scan differentiates to first order; nested torch.func "
+                                      "transforms (grad of grad, jvp of grad) need its second derivative")
         y, last_state, _ = route.transformable.apply(*tensors, config)
     elif torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
         y, last_state, _ = route.function.apply(*tensors, config)

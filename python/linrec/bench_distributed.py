@@ -366,13 +366,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         return _cli.fail(PROG, f"runs one process a GPU under torchrun: {LAUNCH}")
+    names = {case.name for dtype in args.dtypes for case in cases(args.elements, *parse_storage(dtype), "meta")}
+    if args.only and not any(args.only in name for name in names):  # said before the ranks meet
+        return _cli.fail(PROG, f"no case name contains {args.only!r} (--only; the cases: {', '.join(sorted(names))})")
     try:
         device = init_process_group()
     except ValueError as error:
         return _cli.fail(PROG, str(error))
     try:
         result = run(args.elements, args.dtypes, args.reps, args.inner, args.only, device)
-        if result["rows"] and dist.get_rank() == 0:
+        if dist.get_rank() == 0:
             name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
             world, backend = dist.get_world_size(), dist.get_backend()
             print_tables(result, name, world, backend, args.elements)
@@ -383,6 +386,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         dist.barrier()  # no rank closes its connections while rank 0 still writes
     finally:
         dist.destroy_process_group()
-    if not result["rows"]:
-        return _cli.fail(PROG, f"no case name contains {args.only!r} (--only)")
     return 0

@@ -71,7 +71,7 @@ def linrec(inputs, coeffs, reverse=False, *, dim=-1, initial=None, log_coeffs=Fa
         return args, _shape_meta(*args, bool(reverse), group)
 
     inputs, coeffs, initial, dim = _checked_on_every_rank(
-        check, _LINREC_META, group, "dimensions, dim, dtypes, initial, reverse or shape (all but dim must match): "
+        check, inputs, _LINREC_META_WIDTH, group, "dimensions, dim, dtypes, initial, reverse or shape (all but dim must match): "
         "[ndim, dim, dtype, coeffs dtype, initial, reverse, shape...]")
     if log_coeffs:
         coeffs = exp_of_log(coeffs)
@@ -89,10 +89,13 @@ def _process_group(group):
     return group
 
 
-def _meta_device(group) -> torch.device:
-    """Where the argument checks' all_gather runs: the current CUDA device for NCCL, else the CPU."""
-    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else \
-        torch.device("cpu")
+def _meta_device(group, like) -> torch.device:
+    """Where the argument checks' all_gather runs: for NCCL, `like`'s GPU where it is a CUDA tensor
+    (as the exchange that follows), else the current one; the CPU for other backends."""
+    if dist.get_backend(group) != "nccl":
+        return torch.device("cpu")
+    return like.device if isinstance(like, torch.Tensor) and like.is_cuda else \
+        torch.device("cuda", torch.cuda.current_device())
 
 
 def _gather(t: torch.Tensor, group) -> list[torch.Tensor]:
@@ -102,29 +105,31 @@ def _gather(t: torch.Tensor, group) -> list[torch.Tensor]:
 
 
 _REFUSED = -7  # a rank's row of the argument check when its own checks raised (real rows hold >= -2)
-_LINREC_META = 6 + _MAX_DIMS
-_SELECTIVE_META = 11
+_LINREC_META_WIDTH = 6 + _MAX_DIMS
+_SELECTIVE_META_WIDTH = 11
 
 
-def _checked_on_every_rank(check, width: int, group, fields: str):
-    """check() -> (result, meta): this rank's own checks of its arguments (ValueError), and `width`
-    integers every rank must agree on. One all_gather of each rank's meta: a rank whose checks
-    raised sends a refusal and raises its own error, and every other rank raises one naming it,
-    so that no rank waits in a later collective for a rank that gave up; ranks whose meta differ
-    raise the same error. Returns the result."""
+def _checked_on_every_rank(check, like, width: int, group, fields: str):
+    """check() -> (result, meta): this rank's own checks of its arguments, and `width` integers
+    every rank must agree on. One all_gather of each rank's meta (on `like`'s device, see
+    _meta_device): a rank whose checks raised sends a refusal and raises its own error, and every
+    other rank raises one naming it, so that no rank waits in a later collective for a rank that
+    gave up; ranks whose meta differ raise the same error. Returns the result."""
+    device = _meta_device(group, like)
     try:
         result, meta = check()
-    except ValueError:
-        _gather(torch.full((width,), _REFUSED, dtype=torch.int64, device=_meta_device(group)), group)
+    except Exception:  # whatever stops this rank must reach the others
+        _gather(torch.full((width,), _REFUSED, dtype=torch.int64, device=device), group)
         raise
-    mine = torch.tensor(meta, dtype=torch.int64, device=_meta_device(group))
+    mine = torch.tensor(meta, dtype=torch.int64, device=device)
     everyone = torch.stack(_gather(mine, group))
     if bool(everyone.eq(mine).all()):  # one wait on the device, not one a rank
         return result
     refused = [rank for rank, row in enumerate(everyone.tolist()) if row[0] == _REFUSED]
     if refused:
-        raise ValueError(f"linrec.distributed: rank {', '.join(map(str, refused))} refused its arguments (its own "
-                         "error says why)")
+        who = f"rank {refused[0]} refused its" if len(refused) == 1 else \
+            f"ranks {', '.join(map(str, refused))} refused their"
+        raise ValueError(f"linrec.distributed: {who} arguments (see the error there)")
     rows = "; ".join(f"rank {rank}: {row}" for rank, row in enumerate(everyone.tolist()))
     raise ValueError(f"linrec.distributed: the ranks' arguments differ in {fields} {rows}")
 
@@ -252,20 +257,21 @@ def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_sof
             raise ValueError("linrec.distributed: u must be a (batch, dim, length) tensor")
         if dist.get_backend(group) == "nccl" and not u.is_cuda:
             raise ValueError("linrec.distributed: a NCCL group takes CUDA tensors; use gloo for CPU tensors")
-        _, last = local_scan(u, delta, A, B, C, None, None, delta_bias, delta_softplus, True, reverse=reverse)
         # What only the later, local scan reads, checked now: a rank that raised there would leave
         # the others waiting in the backward's exchange.
-        batch, channels, states = *u.shape[:2], A.shape[1]
+        _check_tensor("A", A, u.device)
+        batch, channels, states = *u.shape[:2], A.shape[-1]
         for name, t, shape in (("D", D, (channels,)), ("z", z, u.shape),
                                ("initial_state", initial_state, (batch, channels, states))):
             _check_tensor(name, t, u.device, required=False)
             _check_shape(name, t, shape, "{0}")
+        _, last = local_scan(u, delta, A, B, C, None, None, delta_bias, delta_softplus, True, reverse=reverse)
         per_step = [int(t.dim() > 2) for t in (B, C)]
         return last, [*u.shape[:2], _DTYPE_CODES[u.dtype], *A.shape, *per_step, int(initial_state is not None),
                       int(bool(reverse)), int(bool(delta_softplus)), int(delta_bias is not None)]
 
     from_zero = _checked_on_every_rank(
-        check, _SELECTIVE_META, group, "[batch, dim, dtype, A's shape, B per step, C per step, initial_state, "
+        check, u, _SELECTIVE_META_WIDTH, group, "[batch, dim, dtype, A's shape, B per step, C per step, initial_state, "
         "reverse, delta_softplus, delta_bias]:")
     dt = delta.to(from_zero.dtype)
     if delta_bias is not None:

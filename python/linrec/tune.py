@@ -106,15 +106,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="instead, measure a tuning table for this device into PATH")
     parser.add_argument("--template", default=tuning.DEFAULT_TABLE, choices=tuning.tables(),
                         help=f"--table: the table whose rows are measured (default: {tuning.DEFAULT_TABLE})")
-    parser.add_argument("--keep-bounds", action="store_true",
-                        help="--table: keep each row's lengths as the template's, measuring only its config")
+    parser.add_argument("--move-bounds", action="store_true",
+                        help="--table: also move each row's end down where the next row is faster here "
+                             "(experimental: not yet run on a GPU)")
     args = parser.parse_args(argv)
     reason = _cli.cuda_unavailable(compiled_kernels=True)
     if reason:
         return _cli.fail(PROG, reason)
     if args.table:
         table = tune_table.write(args.template, args.table, args.reps, args.max_elems, list(argv or sys.argv[1:]),
-                                 bounds=not args.keep_bounds)
+                                 bounds=args.move_bounds)
         print(f"{args.table}: {len(table['rows'])} rows for {table['device']}")
         return 0
     rows = tune(args.kernels, args.lengths, getattr(torch, args.dtype), args.max_elems, args.reps, args.seqs)

@@ -8,8 +8,9 @@ and where one row's lengths end and the next row's begin. So each row is probed:
 inside the row's regime (probe_shapes), each timed with every config of the row's kernel that is
 compiled for all of the row's storage classes and fits the row's lengths. The config with the
 least time summed over the shapes (each relative to its fastest) wins, unless the template's is
-within TIE of it (noise must not churn a table). Then each row's longest length is moved down
-while the next row is faster there (move_boundaries).
+within TIE of it (noise must not churn a table). With --move-bounds, each row's longest length
+is then moved down while the next row is faster there (move_boundaries; not yet run on a GPU,
+so off by default).
 
 Inputs cycle past L2, as in the bench, so short sequences are read from DRAM. Timing is device
 time (a CUDA graph), one kernel at a time: forward, fused backward, or both for a row of either
@@ -90,13 +91,15 @@ def probe_shapes(rows, index, sms, max_elems):
     return served
 
 
-def shortest_length(rows, index):
-    """The shortest length no earlier row takes from rows[index] (for every sequence count)."""
+def shortest_length(rows, index, storage=None):
+    """The shortest length no earlier row takes from rows[index] (for every sequence count): of
+    the calls of `storage`, or of any storage class the rows share."""
     row = rows[index]
     lower = row.get("min_len", 0)
+    classes = set(row["storage"]) if storage is None else {storage}
     for earlier in rows[:index]:
         covers = earlier.get("direction", "any") in ("any", row.get("direction", "any"))  # all its directions
-        same_calls = earlier["layout"] == row["layout"] and set(earlier["storage"]) & set(row["storage"])
+        same_calls = earlier["layout"] == row["layout"] and set(earlier["storage"]) & classes
         if same_calls and covers and not earlier.get("max_seqs_per_sm"):
             lower = max(lower, earlier.get("max_len", -1) + 1)
     return lower
@@ -155,7 +158,7 @@ def probe_sets(row, seqs, length, l2_bytes):
 
 
 DIRECTIONS = {"any": ["fwd", "bwd"], "fwd": ["fwd"], "bwd": ["bwd"]}
-MAX_OCTAVES = 2  # how far move_boundaries moves a row's end in one run: to a quarter of its longest length
+MAX_OCTAVES = 2  # how far move_boundaries moves a row's end in one run: to a quarter of its largest power of two
 
 
 def taker(rows, storage, layout, direction, length, seqs, sms):
@@ -172,8 +175,8 @@ def move_boundaries(rows, sms, time_pair, log=print):
     max_len, at the largest power of two it takes, P, and #SMs x 100 sequences: the row's kernel
     and config, and those of the row that takes P once this row stops below it, are timed on the
     same inputs (time_pair(row, other, seqs, P, directions) -> (ms, ms)). While the other is
-    faster by more than TIE, the row ends at P // 2 and P // 2 is tried: a row's end moves at most
-    MAX_OCTAVES octaves (short probes time launches more than bandwidth). A row left with no
+    faster by more than TIE, the row ends at P // 2 and P // 2 is tried, down to P / 2^MAX_OCTAVES
+    at most (short probes time launches more than bandwidth). A row left with no
     length is dropped. Ends only move down: a row's configs were chosen for its lengths, and a
     tile kernel's may not fit longer ones. A row that ends sooner hands lengths to the rows after
     it, which can change what an earlier row is compared with, so the passes repeat until none
@@ -199,7 +202,7 @@ def _move_one(rows, i, shortest_try, sms, time_pair, timed, log):
         return before + [candidate] + [r for r in rows[i + 1:] if r is not None]
 
     k, storage, layout, seqs = len(before), probe_storage(row), row["layout"], 100 * sms
-    lower = max(shortest_length(table(row), k), 1)
+    lower = max(shortest_length(table(row), k, storage), 1)
     length, moved = 2 ** int(math.log2(row["max_len"])), False
     while length >= max(lower, shortest_try):
         dirs = [d for d in DIRECTIONS[row.get("direction", "any")]
@@ -209,8 +212,9 @@ def _move_one(rows, i, shortest_try, sms, time_pair, timed, log):
         if not dirs or len(takers) != 1 or None in takers:  # no single row to hand the length to
             break
         other = trial[takers.pop()]
+        # The other row takes every length from here to the row's end: its config must fit them.
         if (other["kernel"], other["config"]) == (row["kernel"], row["config"]) or \
-                not fits(other["kernel"], length, other["config"]):
+                not fits(other["kernel"], row["max_len"], other["config"]):
             break
         key = (row["kernel"], tuple(row["config"]), other["kernel"], tuple(other["config"]), length, tuple(dirs))
         if key not in timed:
@@ -225,13 +229,14 @@ def _move_one(rows, i, shortest_try, sms, time_pair, timed, log):
         row = rows[i] = dict(row, max_len=length // 2, measured=record)
         log(f"row {i:>2} {row['kernel']:<8} ends at {length // 2}: {verdict}")
         moved, length = True, length // 2
-    if row["max_len"] < lower:
-        log(f"row {i:>2} {row['kernel']:<8} dropped: the rows after it took all its lengths")
+    # Dropped once no call of any of its storage classes reaches it (rows before it may cover some).
+    if all(row["max_len"] < max(shortest_length(table(row), k, s), 1) for s in row["storage"]):
+        log(f"row {i:>2} {row['kernel']:<8} dropped: the rows around it took all its lengths")
         rows[i] = None
     return moved
 
 
-def measure(template, reps=10, max_elems=2**26, log=print, bounds=True):
+def measure(template, reps=10, max_elems=2**26, log=print, bounds=False):
     """The rows of `template` (a table's JSON) with each config measured on this device, and
     with `bounds`, each row's longest length (move_boundaries): a list beside the template's
     rows, None for a row dropped."""
@@ -300,7 +305,7 @@ def _name(config):
     return f"{e}x{t} {m}"
 
 
-def write(template_name, path, reps, max_elems, argv, bounds=True, log=print):
+def write(template_name, path, reps, max_elems, argv, bounds=False, log=print):
     """Measure every row of the template table and write a table for this device to `path`."""
     template = tuning.load(template_name)
     props = torch.cuda.get_device_properties(0)

@@ -49,11 +49,13 @@ def _check_sizes(d_model, d_state, d_conv, expand, dt_rank, dt_min, dt_max) -> N
     for name, value in (("d_model", d_model), ("d_state", d_state), ("d_conv", d_conv)):
         if not _is_positive_int(value):
             raise ValueError(f"linrec: Mamba's {name} must be a positive int, got {value!r}")
-    if isinstance(expand, bool) or not isinstance(expand, numbers.Real) or int(expand * d_model) < 1:
+    if isinstance(expand, bool) or not isinstance(expand, numbers.Real) or not math.isfinite(expand) or \
+            int(expand * d_model) < 1:
         raise ValueError(f"linrec: Mamba's expand must be a number with int(expand * d_model) >= 1, got {expand!r}")
     if dt_rank != "auto" and not _is_positive_int(dt_rank):
         raise ValueError(f"linrec: Mamba's dt_rank must be 'auto' or a positive int, got {dt_rank!r}")
-    if not (isinstance(dt_min, numbers.Real) and isinstance(dt_max, numbers.Real) and 0 < dt_min <= dt_max):
+    if not (isinstance(dt_min, numbers.Real) and isinstance(dt_max, numbers.Real) and 0 < dt_min <= dt_max
+            and math.isfinite(dt_max)):
         raise ValueError(f"linrec: Mamba's dt_min and dt_max must be numbers with 0 < dt_min <= dt_max, got "
                          f"{dt_min!r} and {dt_max!r}")
 
