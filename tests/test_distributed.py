@@ -4,6 +4,7 @@ linrec.selective_scan, itself checked against a float64 loop in test_selective_s
 
 import datetime
 import os
+import re
 import zlib
 
 import pytest
@@ -63,9 +64,13 @@ def _check_rank(world, rank, device):
     assert length == 0 or rel_error(y, reference(x, c, dim=dim, initial=h).narrow(dim, start, length)) < 1e-10
     # Arguments that differ across ranks raise on every rank, and the group goes on working.
     channels = 4 if rank == 1 else 3
-    for bad in (torch.randn(2, channels, 5, dtype=torch.float64, device=device),
-                torch.randn(2, 3, 5, dtype=torch.float32 if rank == 0 else torch.float64, device=device)):
-        with pytest.raises(ValueError, match="differ"):
+    others = ", ".join(f"rank {r}: {4 if r == 1 else 3}" for r in range(world))
+    dtypes = ", ".join(f"rank {r}: torch.float{32 if r == 0 else 64}" for r in range(world))
+    for bad, message in ((torch.randn(2, channels, 5, dtype=torch.float64, device=device),
+                          f"differ in size of dim 1 (all but dim must match) ({others})"),
+                         (torch.randn(2, 3, 5, dtype=torch.float32 if rank == 0 else torch.float64, device=device),
+                          f"differ in inputs dtype ({dtypes})")):
+        with pytest.raises(ValueError, match=re.escape(message)):
             linrec.distributed.linrec(bad, 0.5)
     dist.barrier()
 
@@ -116,7 +121,7 @@ def _check_selective_rank(world, rank, device):
                     got = torch.zeros_like(whole[k]) if got is None else got.clone()
                     dist.all_reduce(got)
                     assert rel_error(got, want_grads[k]) < 1e-10, (k, what)
-    with pytest.raises(ValueError, match="differ"):  # a different N on one rank
+    with pytest.raises(ValueError, match=r"differ in states \(A's columns\) \(rank 0: 4, rank 1: 5"):  # N on rank 1
         n = 5 if rank == 1 else 4
         g = dict(device=device)
         linrec.distributed.selective_scan(torch.randn(1, 2, 3, **g), torch.randn(1, 2, 3, **g), -torch.rand(2, n, **g),

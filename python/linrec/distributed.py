@@ -70,9 +70,7 @@ def linrec(inputs, coeffs, reverse=False, *, dim=-1, initial=None, log_coeffs=Fa
         args = normalize(inputs, coeffs, initial, dim, reverse, complex_ok=True)
         return args, _shape_meta(*args, bool(reverse), group)
 
-    inputs, coeffs, initial, dim = _checked_on_every_rank(
-        check, inputs, _LINREC_META_WIDTH, group, "dimensions, dim, dtypes, initial, reverse or shape (all but dim must match): "
-        "[ndim, dim, dtype, coeffs dtype, initial, reverse, shape...]")
+    inputs, coeffs, initial, dim = _checked_on_every_rank(check, inputs, group, _LINREC_FIELDS)
     if log_coeffs:
         coeffs = exp_of_log(coeffs)
     return _ShardedScan.apply(inputs, coeffs, initial, dim, bool(reverse), group)
@@ -105,21 +103,35 @@ def _gather(t: torch.Tensor, group) -> list[torch.Tensor]:
 
 
 _REFUSED = -7  # a rank's row of the argument check when its own checks raised (real rows hold >= -2)
-_LINREC_META_WIDTH = 6 + _MAX_DIMS
-_SELECTIVE_META_WIDTH = 11
+# What each integer of the argument checks' rows is, in order.
+_LINREC_FIELDS = ("dimensions", "dim", "inputs dtype", "coeffs dtype", "initial given", "reverse",
+                  *(f"size of dim {d} (all but dim must match)" for d in range(_MAX_DIMS)))
+_SELECTIVE_FIELDS = ("batch", "channels", "u dtype", "A's channels", "states (A's columns)", "B per step",
+                     "C per step", "initial_state given", "reverse", "delta_softplus", "delta_bias given")
+_DTYPE_NAMES = {code: str(dtype) for dtype, code in _DTYPE_CODES.items()}
+_SIZE_WORDS = {-1: "the sharded dim", -2: "none"}
 
 
-def _checked_on_every_rank(check, like, width: int, group, fields: str):
-    """check() -> (result, meta): this rank's own checks of its arguments, and `width` integers
-    every rank must agree on. One all_gather of each rank's meta (on `like`'s device, see
-    _meta_device): a rank whose checks raised sends a refusal and raises its own error, and every
-    other rank raises one naming it, so that no rank waits in a later collective for a rank that
-    gave up; ranks whose meta differ raise the same error. Returns the result."""
+def _describe(field: str, value: int) -> str:
+    if field.endswith("dtype"):
+        return _DTYPE_NAMES[value]
+    if field.startswith("size of dim"):
+        return _SIZE_WORDS.get(value, str(value))
+    return str(value)
+
+
+def _checked_on_every_rank(check, like, group, fields: tuple[str, ...]):
+    """check() -> (result, meta): this rank's own checks of its arguments, and one integer a field
+    of `fields` that every rank must agree on. One all_gather of each rank's meta (on `like`'s
+    device, see _meta_device): a rank whose checks raised sends a refusal and raises its own
+    error, and every other rank raises one naming it, so that no rank waits in a later collective
+    for a rank that gave up; ranks whose meta differ raise the same error, naming the first field
+    that differs. Returns the result."""
     device = _meta_device(group, like)
     try:
         result, meta = check()
     except Exception:  # whatever stops this rank must reach the others
-        _gather(torch.full((width,), _REFUSED, dtype=torch.int64, device=device), group)
+        _gather(torch.full((len(fields),), _REFUSED, dtype=torch.int64, device=device), group)
         raise
     mine = torch.tensor(meta, dtype=torch.int64, device=device)
     everyone = torch.stack(_gather(mine, group))
@@ -130,8 +142,10 @@ def _checked_on_every_rank(check, like, width: int, group, fields: str):
         who = f"rank {refused[0]} refused its" if len(refused) == 1 else \
             f"ranks {', '.join(map(str, refused))} refused their"
         raise ValueError(f"linrec.distributed: {who} arguments (see the error there)")
-    rows = "; ".join(f"rank {rank}: {row}" for rank, row in enumerate(everyone.tolist()))
-    raise ValueError(f"linrec.distributed: the ranks' arguments differ in {fields} {rows}")
+    rows = everyone.tolist()
+    field = next(i for i in range(len(fields)) if len({row[i] for row in rows}) > 1)
+    values = ", ".join(f"rank {rank}: {_describe(fields[field], row[field])}" for rank, row in enumerate(rows))
+    raise ValueError(f"linrec.distributed: the ranks' arguments differ in {fields[field]} ({values})")
 
 
 def _shape_meta(inputs, coeffs, initial, dim, reverse, group) -> list[int]:
@@ -270,9 +284,7 @@ def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_sof
         return last, [*u.shape[:2], _DTYPE_CODES[u.dtype], *A.shape, *per_step, int(initial_state is not None),
                       int(bool(reverse)), int(bool(delta_softplus)), int(delta_bias is not None)]
 
-    from_zero = _checked_on_every_rank(
-        check, u, _SELECTIVE_META_WIDTH, group, "[batch, dim, dtype, A's shape, B per step, C per step, initial_state, "
-        "reverse, delta_softplus, delta_bias]:")
+    from_zero = _checked_on_every_rank(check, u, group, _SELECTIVE_FIELDS)
     dt = delta.to(from_zero.dtype)
     if delta_bias is not None:
         dt = dt + delta_bias.to(dt.dtype).unsqueeze(-1)
