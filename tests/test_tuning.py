@@ -104,7 +104,8 @@ TILE_THEN_PIPE = [  # the backward of float32 rows: two tile configs up to 1024 
      "config": [16, 64, "vector", "block"]},
     {"storage": ["32bit"], "layout": "rows", "direction": "bwd", "max_len": 4096, "kernel": "tile",
      "config": [16, 256, "vector", "block"]},
-    {"storage": ["32bit"], "layout": "rows", "direction": "bwd", "kernel": "pipe", "config": [8, 64, "vector", "block"]},
+    {"storage": ["32bit"], "layout": "rows", "direction": "bwd", "kernel": "pipe",
+     "config": [8, 64, "vector", "block"]},
 ]
 
 
