@@ -117,6 +117,10 @@ def test_main_job_writes_nothing(tmp_path):
     ("linrec.tune", ["--table", "/no/such/folder/t.json"], "argument --table: folder /no/such/folder does not exist"),
     ("linrec.func_attrs", ["--json", "/no/such/folder/f.json"], "argument --json: folder /no/such/folder"),
     ("linrec.bench", ["--distrib"], "unrecognized arguments: --distrib"),
+    # Options a mode has no use for are refused, not ignored.
+    ("linrec.bench", ["--host", "--only", "4 x 16", "--dtypes", "float64"], "--host takes no --dtypes, --only"),
+    ("linrec.bench", ["--selective", "--png", "s.png"], "--selective takes no --png"),
+    ("linrec.bench", ["--host", "--model"], "--host, --model and --selective exclude each other"),
 ])
 def test_bad_arguments(name, args, message, capsys):
     with pytest.raises(SystemExit) as exit_info:

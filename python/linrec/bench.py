@@ -348,6 +348,12 @@ def plot(rows, copy, path):
     print(f"plot: {path}")
 
 
+# The options each of the other modes has no use for: given with one, they are refused, not ignored.
+MODE_IGNORES = {"host": ("dtypes", "only", "impls", "options", "png", "max_hop_elems"),
+                "model": ("dtypes", "impls", "options", "png", "max_hop_elems"),
+                "selective": ("dtypes", "only", "impls", "options", "png", "max_hop_elems")}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if "--distributed" in argv:  # its own options, and CPU processes (gloo) too
@@ -385,6 +391,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--png", metavar="PATH", type=_cli.output_path,
                         help="plot the grid cases into this PNG file (needs matplotlib)")
     args = parser.parse_args(argv)
+    modes = [mode for mode in MODE_IGNORES if getattr(args, mode)]
+    if len(modes) > 1:
+        parser.error("--host, --model and --selective exclude each other")
+    ignored = [f"--{name.replace('_', '-')}" for mode in modes for name in MODE_IGNORES[mode]
+               if getattr(args, name) != parser.get_default(name)]
+    if ignored:
+        parser.error(f"--{modes[0]} takes no {', '.join(ignored)}")
     if args.host:  # no GPU needed
         from . import bench_host
 
