@@ -15,6 +15,12 @@ from linrec.impl import python as py_impl  # noqa: E402
 HAS_GPU = torch.cuda.is_available()
 HAS_CUDA_KERNELS = HAS_GPU and linrec.build_info()["cuda"]
 
+# With pytest-xdist on a machine of several GPUs, each worker makes one of them current (tests
+# ask for "cuda"), so the suite spreads over all of them and runs on devices other than cuda:0.
+_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+if HAS_GPU and _worker.startswith("gw") and torch.cuda.device_count() > 1:
+    torch.cuda.set_device(int(_worker[2:]) % torch.cuda.device_count())
+
 # Implementations that run on the CPU: name -> callable with linrec.linrec's signature.
 CPU_IMPLS = {
     "linrec": linrec.linrec,

@@ -99,6 +99,6 @@ def reference_with_grads(inputs, coeffs, d_outputs, reverse=False, dim=-1, initi
 def poison(device, nbytes):
     """On CUDA, leave NaN-filled free blocks of about nbytes in the caching allocator, so that an
     output element a kernel fails to write reads NaN, not an earlier test's right answer."""
-    if device == "cuda":
-        blocks = [torch.full((max(nbytes // 4, 1),), float("nan"), device="cuda") for _ in range(6)]
+    if str(device).startswith("cuda"):
+        blocks = [torch.full((max(nbytes // 4, 1),), float("nan"), device=device) for _ in range(6)]
         del blocks

@@ -223,25 +223,32 @@ def test_triton_complex_kernels(dtype, tol, reverse, case):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 @pytest.mark.parametrize("path", ["compiled", "triton", "polar"])
 @pytest.mark.parametrize("reverse", [False, True])
-def test_complex_paths_gpu(monkeypatch, path, reverse):
+@pytest.mark.parametrize("device", ["cuda", "cuda:1"])
+def test_complex_paths_gpu(monkeypatch, path, reverse, device):
     """Every GPU path of linrec.linrec on complex64, forced, through autograd: values and
-    gradients against the loop."""
+    gradients against the loop. cuda:1 runs while cuda:0 is current: each path launches on the
+    tensors' device."""
     if path == "compiled" and linrec._backend.cuda_backend(0) != "cuda":
         pytest.skip("the compiled CUDA kernels are not loaded")
+    if device == "cuda:1" and torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
     monkeypatch.setattr(linrec._complex, "complex_path", lambda x, dim: path)
-    x = crandn(6, 2000, 4, device="cuda", dtype=torch.complex64).requires_grad_()
-    c = decays(6, 2000, 4, device="cuda", dtype=torch.complex64)
-    c[:, 100] = 0
-    c = c.requires_grad_()
-    initial = crandn(6, 4, device="cuda", dtype=torch.complex64, seed=3).requires_grad_()
-    poison("cuda", x.numel() * x.element_size())
-    y = linrec.linrec(x, c, reverse, dim=1, initial=initial)
+    current = torch.cuda.current_device() if device == "cuda" else 0
+    with torch.cuda.device(current):
+        x = crandn(6, 2000, 4, device=device, dtype=torch.complex64).requires_grad_()
+        c = decays(6, 2000, 4, device=device, dtype=torch.complex64)
+        c[:, 100] = 0
+        c = c.requires_grad_()
+        initial = crandn(6, 4, device=device, dtype=torch.complex64, seed=3).requires_grad_()
+        poison(device, x.numel() * x.element_size())
+        y = linrec.linrec(x, c, reverse, dim=1, initial=initial)
+        g = crandn(6, 2000, 4, dtype=torch.complex64, seed=8).to(device)
+        poison(device, 2 * x.numel() * x.element_size())
+        got = torch.autograd.grad(y, (x, c, initial), g)
+    assert {t.device for t in (y, *got)} == {x.device}
     leaves = [t.detach().cpu().to(torch.complex128).requires_grad_() for t in (x, c, initial)]
     y_ref = loop(leaves[0], leaves[1], reverse, 1, leaves[2])
     assert rel_err(y.cpu(), y_ref) < 5e-6
-    g = crandn(6, 2000, 4, dtype=torch.complex64, seed=8).cuda()
-    poison("cuda", 2 * x.numel() * x.element_size())
-    got = torch.autograd.grad(y, (x, c, initial), g)
     want = torch.autograd.grad(y_ref, leaves, g.cpu().to(torch.complex128))
     for name, a, b in zip(("inputs", "coeffs", "initial"), got, want):
         assert rel_err(a.cpu(), b) < 5e-6, name

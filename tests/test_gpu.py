@@ -857,10 +857,13 @@ def test_nonfinite_values(impl, reverse):
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
-@pytest.mark.parametrize("case", ["packed", "tile", "chained", "chained_bf16", "strided"])
-def test_tensors_on_another_gpu(case):
-    """Tensors on cuda:1 while cuda:0 is current: every kernel family launches on the tensors'
-    device and stream, and forward and gradients match the float64 reference (outputs poisoned)."""
+@pytest.mark.parametrize("case,impl", [(case, "linrec") for case in ("packed", "tile", "chained", "chained_bf16", "strided")]
+                         + [("tile", "triton.linrec_tile"), ("strided", "triton.linrec_pipe"),
+                            ("chained_bf16", "triton.linrec_pipe")])
+def test_tensors_on_another_gpu(case, impl):
+    """Tensors on cuda:1 while cuda:0 is current: every kernel family, and the Triton kernels
+    (which launch on the current device unless told), run on the tensors' device and stream,
+    and forward and gradients match the float64 reference (outputs poisoned)."""
     shape, dim, dtype = {
         "packed": ((300, 100), -1, torch.float32),
         "tile": ((16, 3000), -1, torch.float32),
@@ -876,7 +879,7 @@ def test_tensors_on_another_gpu(case):
         xs, cs = (t.to("cuda:1").requires_grad_() for t in (x, c))
         poison_1 = [torch.full((x.numel() * 4,), float("nan"), device="cuda:1") for _ in range(4)]
         del poison_1
-        y = linrec.linrec(xs, cs, dim=dim)
+        y = gpu_impls()[impl](xs, cs, dim=dim)
         dx, dc = torch.autograd.grad(y, (xs, cs), dy.to("cuda:1"))
         assert y.device == dx.device == dc.device == torch.device("cuda:1")
         assert torch.cuda.current_device() == 0

@@ -923,3 +923,33 @@ def test_cu_seqlens_on_cuda(dtype, reverse, backend, monkeypatch):
     grads_ref = torch.autograd.grad((y_ref * w_y).sum() + (last_ref * w_last).sum(), list(leaves.values()))
     for name, got, want in zip(gpu, grads, grads_ref):
         compare(f"d{name}", got.double(), want, tol)
+
+
+@needs_cuda_kernels
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+@pytest.mark.parametrize("backend", ["cuda", "triton"])
+def test_tensors_on_another_gpu(backend, monkeypatch):
+    """Tensors on cuda:1 while cuda:0 is current, packed segments: both backends run on the
+    tensors' device (Triton launches on the current device unless told), and y, the last states
+    and every gradient match the float64 loop over each segment."""
+    if backend == "triton" and triton_selective() is None:
+        pytest.skip("needs Triton")
+    monkeypatch.setattr(linrec._selective, "cuda_backend", lambda index: backend)
+    args = make_args(2, 8, 4, 300, "group", "channel", 2, seed=26)
+    cu = torch.tensor([0, 5, 150, 150, 300])
+    args["initial_state"] = per_segment_states(args, len(cu) - 1, seed=33)
+    with torch.cuda.device(0):
+        gpu = {k: v.detach().requires_grad_() for k, v in to_device(args, "cuda:1", torch.float32).items()}
+        y, last = scan(**gpu, cu_seqlens=cu.to("cuda:1"), delta_softplus=True)
+        leaves = {k: v.detach().cpu().double().requires_grad_() for k, v in gpu.items()}
+        w_y, w_last = packed_weights(leaves, len(cu) - 1)
+        grads = torch.autograd.grad((y.double() * w_y.to("cuda:1")).sum() + (last.double() * w_last.to("cuda:1")).sum(),
+                                    list(gpu.values()))
+        assert torch.cuda.current_device() == 0
+    assert {t.device for t in (y, last, *grads)} == {torch.device("cuda:1")}
+    y_ref, last_ref = packed_reference(leaves, cu.tolist(), False, delta_softplus=True)
+    compare("y", y, y_ref, 1e-5)
+    compare("last_state", last, last_ref, 1e-5)
+    grads_ref = torch.autograd.grad((y_ref * w_y).sum() + (last_ref * w_last).sum(), list(leaves.values()))
+    for name, got, want in zip(gpu, grads, grads_ref):
+        compare(f"d{name}", got.double(), want, 1e-5)

@@ -8,6 +8,9 @@ kernel counted).
 Usage: python -m tools config-sweep packed  [--seqs 13200] [--lengths 4 5 6 7 8 9]
        python -m tools config-sweep tile    [--seqs 13200] [--lengths 9 10 11 12]  (and pipe, strided)
        python -m tools config-sweep chained [--shapes 1x22 1x24 4x22 1x26] [--registers]
+--channels lays each shape out channel-last, (length, sequences) scanned over dim 0 (the strided
+family's layout); --segments cuts every sequence into packed segments of lengths drawn
+log-uniformly from 64 to 8192 (the bench's varlen packing), timed with the ops' cuts.
 --dtypes takes complex64 / complex128 too (the configs compiled for complex storage; rows of
 zero imaginary part, which time as any other).
 """
@@ -19,7 +22,8 @@ import torch
 
 import linrec
 from linrec._registry import FAMILIES
-from linrec.bench import copies_past_l2
+from linrec._segments import cut_flags
+from linrec.bench import copies_past_l2, log_uniform_segments
 from linrec.tune_table import fits
 from tools.kernel_times import kernel_medians
 
@@ -61,6 +65,8 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--cold", action="store_true", help="cycle the inputs past L2 (as the bench does)")
     parser.add_argument("--registers", action="store_true", help="chained: the register-tile configs too")
+    parser.add_argument("--channels", action="store_true", help="(length, sequences) over dim 0")
+    parser.add_argument("--segments", action="store_true", help="packed segments of 64..8192 steps")
     args = parser.parse_args(argv)
     kid = KERNEL_IDS[args.kernel]
     if args.kernel != "chained":
@@ -70,21 +76,26 @@ def main(argv=None) -> int:
     print(torch.cuda.get_device_name(), "kernel us fwd / bwd")
     for dtype in (getattr(torch, d) for d in args.dtypes):
         for seqs, length in shapes:
-            x = torch.randn(seqs, length, device="cuda").to(dtype)
-            c = (torch.rand(seqs, length, device="cuda") * 0.5 + 0.5).to(dtype)
-            y = linrec.linrec(x, c)
+            shape, dim = ((length, seqs), 0) if args.channels else ((seqs, length), -1)
+            x = torch.randn(shape, device="cuda").to(dtype)
+            c = (torch.rand(shape, device="cuda") * 0.5 + 0.5).to(dtype)
+            cuts = (cut_flags(log_uniform_segments(length, 64, 8192).cuda(), length, False, "cuda")[0]
+                    if args.segments else None)
+            y = torch.ops.linrec.linrec_fwd(x, c, None, dim, False, 0, 0, 0, 0, 0, False, cuts)
             dy = torch.randn_like(y)
             fwd_args, bwd_args = cycled([x, c], args.cold), cycled([dy, c, y], args.cold)
             add = kernel_us(lambda: torch.add(*fwd_args()), args.reps, "")
-            row = [f"{str(dtype)[6:]:8s} {seqs} x {length}  add {add:6.1f}"]
+            row = [f"{str(dtype)[6:]:8s} {' x '.join(map(str, shape))} dim {dim}  add {add:6.1f}"]
             for e, t, m, a in configs(args.kernel, dtype, args.registers):
                 if not fits(args.kernel, length, (e, t)):
                     continue
                 name = f"{e}x{t}" + ("s" if m == STAGED else "")
                 try:
-                    fwd = kernel_us(lambda: torch.ops.linrec.linrec_fwd(*fwd_args(), None, -1, False, kid, e, t, m, a),
+                    fwd = kernel_us(lambda: torch.ops.linrec.linrec_fwd(*fwd_args(), None, dim, False, kid, e, t, m, a,
+                                                                        False, cuts),
                                     args.reps, KERNEL_NAMES[args.kernel])
-                    bwd = kernel_us(lambda: torch.ops.linrec.linrec_bwd(*bwd_args(), None, -1, False, kid, e, t, m, a),
+                    bwd = kernel_us(lambda: torch.ops.linrec.linrec_bwd(*bwd_args(), None, dim, False, kid, e, t, m, a,
+                                                                        False, cuts),
                                     args.reps, KERNEL_NAMES[args.kernel])
                 except RuntimeError as err:  # a staged config whose block does not fit: named, not timed
                     row.append(f"{name} ({str(err)[:40]})")

@@ -116,11 +116,7 @@ __device__ __forceinline__ void backward_chunks(const BwdWarp<V, BCT, K, kWarps>
         // The product of the lane's a.
         const Acc decay_all = m.any_begins() ? Acc(0) : Decay<Acc>::of(s.dt_sum, sA);
         Acc pa = decay_all;
-        const Acc first = lane == 0 ? w.chunk_start[n] : Acc(0);
-        if (lane == 0) pb += pa * first;
-        scan_maps<false>(pa, pb, lane);
-        Acc h_before = __shfl_up_sync(kFullMask, pb, 1);
-        if (lane == 0) h_before = first;
+        const Acc h_before = value_entering_lane<false>(pa, pb, lane == 0 ? w.chunk_start[n] : Acc(0), lane);
         {
           Acc state = h_before;
 #pragma unroll
@@ -142,11 +138,7 @@ __device__ __forceinline__ void backward_chunks(const BwdWarp<V, BCT, K, kWarps>
 #pragma unroll
         for (int i = K - 1; i >= 0; --i) qb = a[i] * (Cn[i] * g[i] + qb + d_last(i));
         Acc qa = decay_all;
-        const Acc after = lane == 31 ? w.dh_carry[n] : Acc(0);
-        if (lane == 31) qb += qa * after;
-        scan_maps<true>(qa, qb, lane);
-        Acc cin = __shfl_down_sync(kFullMask, qb, 1);
-        if (lane == 31) cin = after;
+        Acc cin = value_entering_lane<true>(qa, qb, lane == 31 ? w.dh_carry[n] : Acc(0), lane);
         const Acc leaving = __shfl_sync(kFullMask, qb, 0);  // into the chunk before
         if (lane == 31) w.dh_carry[n] = leaving;
 

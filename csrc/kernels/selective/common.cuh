@@ -62,6 +62,18 @@ __device__ __forceinline__ void scan_maps(Acc& pa, Acc& pb, int lane) {
   }
 }
 
+// The value entering each lane of a warp's chain of maps h -> pa * h + pb, where `carry` enters
+// the chain's first lane (lane 0; lane 31 for kBackward) and need only be read there. On return
+// pb is the value leaving the lane, as after scan_maps; pa is clobbered.
+template <bool kBackward, typename Acc>
+__device__ __forceinline__ Acc value_entering_lane(Acc& pa, Acc& pb, Acc carry, int lane) {
+  constexpr int kFirst = kBackward ? 31 : 0;
+  if (lane == kFirst) pb += pa * carry;
+  scan_maps<kBackward>(pa, pb, lane);
+  const Acc from_neighbour = kBackward ? __shfl_down_sync(kFullMask, pb, 1) : __shfl_up_sync(kFullMask, pb, 1);
+  return lane == kFirst ? carry : from_neighbour;
+}
+
 // A warp's channel: the block's kWarps warps take consecutive channels of one batch element.
 template <int kWarps>
 struct Channel {

@@ -86,11 +86,7 @@ __device__ __forceinline__ void forward_chunks(const FwdWarp<V, BCT, K, kWarps>&
         for (int i = 0; i < K; ++i) pb = a[i] * pb + bu[i];
         // The product of the lane's a: one exponential, not K products.
         Acc pa = m.any_begins() ? Acc(0) : Decay<Acc>::of(s.dt_sum, sA);
-        const Acc entering_chunk = lane == 0 ? w.carry[n] : Acc(0);
-        if (lane == 0) pb += pa * entering_chunk;
-        scan_maps<false>(pa, pb, lane);
-        Acc h = __shfl_up_sync(kFullMask, pb, 1);
-        if (lane == 0) h = entering_chunk;
+        Acc h = value_entering_lane<false>(pa, pb, lane == 0 ? w.carry[n] : Acc(0), lane);
         if (checkpoint) checkpoint[n] = h;
         Acc Cn[K];  // loaded after the scan: fewer live registers
         load_state<kReverse, kTiled>(w.bc.C, at_C, ch, n, L, t0, Cn);

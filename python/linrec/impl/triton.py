@@ -34,6 +34,7 @@ from torch.library import triton_op, wrap_triton
 from .._args import normalize
 from .._autograd import backward_by_scans, refuse_torch_func
 from .._dispatch import log_or_exp
+from ._device import on_device_of
 
 MAX_TILE = 16384
 
@@ -169,12 +170,13 @@ def _strides(views, n_dims):
 
 
 def _launch(kernel_tile, kernel_pipe, n, L, pipe, args, flags):
-    if pipe:
-        wrap_triton(kernel_pipe)[(n,)](*args, **flags, PIPE=True)
-    else:
-        block = max(triton.next_power_of_2(L), 16)
-        warps = 4 if block <= 1024 else 8 if block <= 4096 else 16
-        wrap_triton(kernel_tile)[(n,)](*args, **flags, BLOCK=block, PIPE=False, num_warps=warps)
+    with on_device_of(args[0]):
+        if pipe:
+            wrap_triton(kernel_pipe)[(n,)](*args, **flags, PIPE=True)
+        else:
+            block = max(triton.next_power_of_2(L), 16)
+            warps = 4 if block <= 1024 else 8 if block <= 4096 else 16
+            wrap_triton(kernel_tile)[(n,)](*args, **flags, BLOCK=block, PIPE=False, num_warps=warps)
 
 
 def _write_back(outs):

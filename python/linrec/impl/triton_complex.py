@@ -26,6 +26,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
+from ._device import on_device_of
 from .triton import _block_configs, _bwd_outputs, _strides, _write_back
 
 
@@ -177,9 +178,11 @@ def _launch(rows_kernel, channels_kernel, seqs, args, flags):
             sms = torch.cuda.get_device_properties(seqs.device).multi_processor_count
             while ch > 2 and outer * triton.cdiv(inner, ch) < PROGRAMS_PER_SM * sms:
                 ch //= 2
-        wrap_triton(channels_kernel)[(outer * triton.cdiv(inner, ch),)](*args, **flags, CH=ch)
+        with on_device_of(seqs):
+            wrap_triton(channels_kernel)[(outer * triton.cdiv(inner, ch),)](*args, **flags, CH=ch)
     else:
-        wrap_triton(rows_kernel)[(outer * inner,)](*args, **flags, CH=1)
+        with on_device_of(seqs):
+            wrap_triton(rows_kernel)[(outer * inner,)](*args, **flags, CH=1)
 
 
 def _planes(t: torch.Tensor, dim: int, state: bool = False):

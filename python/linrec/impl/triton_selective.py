@@ -59,6 +59,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ._device import on_device_of
+
 # The forward's checkpoint interval, shared with the CPU and CUDA kernels (kCheckpointSteps).
 CHECKPOINT_STEPS = 128
 # A program holds a [BLOCK_D, N_PAD, CHUNK] tile in registers, at least 8 steps of N_PAD states: the tile
@@ -556,19 +558,20 @@ def selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias, initial_state, delta
         return y, last_state, checkpoints
     A = A.contiguous()
     # Absent tensors pass a stand-in pointer that their HAS_ flag keeps the kernel from reading.
-    _selective_fwd_kernel[run.grid](
-        u, delta, z if z is not None else u, A, B, C,
-        D.contiguous() if D is not None else A,
-        delta_bias.contiguous() if delta_bias is not None else A,
-        initial_state.contiguous() if initial_state is not None else A,
-        cuts.view(torch.uint8) if cuts is not None else u,
-        _segment_of(cu_seqlens, L) if segments else u,
-        y, last_state, checkpoints,
-        dim, N, L, num_segments, *u.stride(), *delta.stride(), *(z if z is not None else u).stride(),
-        *run.B.strides, run.B.channels_per_group, *run.C.strides, run.C.channels_per_group,
-        HAS_Z=z is not None, HAS_D=D is not None, HAS_BIAS=delta_bias is not None,
-        HAS_INITIAL=initial_state is not None and not segments, HAS_CUTS=cuts is not None, SEGMENTS=segments,
-        ENTERING=segments and initial_state is not None, **run.meta(delta_softplus, reverse))
+    with on_device_of(u):
+        _selective_fwd_kernel[run.grid](
+            u, delta, z if z is not None else u, A, B, C,
+            D.contiguous() if D is not None else A,
+            delta_bias.contiguous() if delta_bias is not None else A,
+            initial_state.contiguous() if initial_state is not None else A,
+            cuts.view(torch.uint8) if cuts is not None else u,
+            _segment_of(cu_seqlens, L) if segments else u,
+            y, last_state, checkpoints,
+            dim, N, L, num_segments, *u.stride(), *delta.stride(), *(z if z is not None else u).stride(),
+            *run.B.strides, run.B.channels_per_group, *run.C.strides, run.C.channels_per_group,
+            HAS_Z=z is not None, HAS_D=D is not None, HAS_BIAS=delta_bias is not None,
+            HAS_INITIAL=initial_state is not None and not segments, HAS_CUTS=cuts is not None, SEGMENTS=segments,
+            ENTERING=segments and initial_state is not None, **run.meta(delta_softplus, reverse))
     return y, last_state, checkpoints
 
 
@@ -606,20 +609,21 @@ def selective_scan_bwd(d_y, d_last_state, u, delta, A, B, C, D, z, delta_bias, i
     # a step stride of 1.
     d_B_strides = d_B.stride()[:3] if run.B.per_step else (0, *d_B.stride())
     d_C_strides = d_C.stride()[:3] if run.C.per_step else (0, *d_C.stride())
-    _selective_bwd_kernel[run.grid](
-        d_y, u, delta, z if z is not None else u, A, B, C,
-        D.contiguous() if D is not None else A,
-        delta_bias.contiguous() if delta_bias is not None else A,
-        d_last_state.contiguous() if d_last_state is not None else A,
-        checkpoints.contiguous(), cuts.view(torch.uint8) if cuts is not None else u,
-        initial_state.contiguous() if segments and initial_state is not None else A,
-        _segment_of(cu_seqlens, L) if segments else u, scratch,
-        d_u, d_delta, d_z if z is not None else d_u, d_A, d_B, d_C,
-        d_D if D is not None else d_A, d_bias if delta_bias is not None else d_A, d_initial,
-        dim, N, L, num_segments, *d_y.stride(), *u.stride(), *delta.stride(), *(z if z is not None else u).stride(),
-        *run.B.strides, run.B.channels_per_group, *d_B_strides,
-        *run.C.strides, run.C.channels_per_group, *d_C_strides,
-        HAS_Z=z is not None, HAS_D=D is not None, HAS_BIAS=delta_bias is not None,
-        HAS_D_LAST=d_last_state is not None, HAS_CUTS=cuts is not None, SEGMENTS=segments,
-        ENTERING=segments and initial_state is not None, **run.meta(delta_softplus, reverse))
+    with on_device_of(u):
+        _selective_bwd_kernel[run.grid](
+            d_y, u, delta, z if z is not None else u, A, B, C,
+            D.contiguous() if D is not None else A,
+            delta_bias.contiguous() if delta_bias is not None else A,
+            d_last_state.contiguous() if d_last_state is not None else A,
+            checkpoints.contiguous(), cuts.view(torch.uint8) if cuts is not None else u,
+            initial_state.contiguous() if segments and initial_state is not None else A,
+            _segment_of(cu_seqlens, L) if segments else u, scratch,
+            d_u, d_delta, d_z if z is not None else d_u, d_A, d_B, d_C,
+            d_D if D is not None else d_A, d_bias if delta_bias is not None else d_A, d_initial,
+            dim, N, L, num_segments, *d_y.stride(), *u.stride(), *delta.stride(), *(z if z is not None else u).stride(),
+            *run.B.strides, run.B.channels_per_group, *d_B_strides,
+            *run.C.strides, run.C.channels_per_group, *d_C_strides,
+            HAS_Z=z is not None, HAS_D=D is not None, HAS_BIAS=delta_bias is not None,
+            HAS_D_LAST=d_last_state is not None, HAS_CUTS=cuts is not None, SEGMENTS=segments,
+            ENTERING=segments and initial_state is not None, **run.meta(delta_softplus, reverse))
     return grads
