@@ -6,7 +6,8 @@
 #     tests      the pytest suite (GPU tests included), or the files $TEST_FILES (paths from the
 #                repository root), filtered by $TESTS (pytest -k), with $PYTEST_ARGS (e.g. -n 14);
 #                TEST_SHARD=k/n runs the k-th of n shares of the test files (the whole suite takes
-#                more than one 10-minute call on an H200 with 16 workers: 1/2 and 2/2 in two calls)
+#                more than one 10-minute call on an H200 with 16 workers: 1/2 and 2/2 in two calls);
+#                RESUME_JUNIT="a.xml b.xml" runs only the tests those JUnit files (runs cut off) do not list
 #     attrs      python -m linrec.func_attrs (registers, spills)
 #     main       python -m linrec (the main job)
 #     sanitizer  compute-sanitizer memcheck + racecheck over python -m tools sanitize-cases
@@ -38,7 +39,7 @@
 #      Python files and tuning tables alone, whose compiled module is unchanged), PEER_WHEELS (wheels
 #      of the bench's peers, installed with --no-deps: accelerated-scan, fla-core, ninja),
 #      BEFORE_WHEEL, BEFORE_ARGS, MAMBA_SDIST, TORCH_CUDA_ARCH_LIST (default 9.0 when building),
-#      TESTS, TEST_FILES, PYTEST_ARGS, BENCH_ARGS, TUNE_ARGS, TABLE_ARGS, SWEEP_ARGS, SELECTIVE_ARGS,
+#      TESTS, TEST_FILES, RESUME_JUNIT, PYTEST_ARGS, BENCH_ARGS, TUNE_ARGS, TABLE_ARGS, SWEEP_ARGS, SELECTIVE_ARGS,
 #      WEAK_ARGS, TEST_TIMEOUT (seconds, default 900).
 set -uo pipefail
 out=${1:-${OUT:-results}}
@@ -48,6 +49,7 @@ repo=$(pwd)
 # Absolute wheel paths: the steps run from /tmp.
 [ -n "${LINREC_WHEEL:-}" ] && LINREC_WHEEL=$(realpath "$LINREC_WHEEL")
 [ -n "${BEFORE_WHEEL:-}" ] && BEFORE_WHEEL=$(realpath "$BEFORE_WHEEL")
+[ -n "${RESUME_JUNIT:-}" ] && RESUME_JUNIT=$(realpath $RESUME_JUNIT | tr '\n' ' ')
 mkdir -p "$out"
 out=$(cd "$out" && pwd)  # the steps run from /tmp or the repository root
 export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} MAX_JOBS=${MAX_JOBS:-16}
@@ -95,6 +97,13 @@ for step in $steps; do
         files=$(printf '%s\n' $files | awk -v k="$k" -v n="$n" '(NR - k) % n == 0')
       fi
       paths=(); for f in $files; do paths+=("$repo/$f"); done
+      if [ -n "${RESUME_JUNIT:-}" ]; then  # only the tests that earlier runs' JUnit XML files lack
+        python3 -m pytest --collect-only -q -p no:cacheprovider "${paths[@]}" ${TESTS:+-k "$TESTS"} 2>/dev/null |
+          (cd "$repo" && python3 -m tools tests-not-run $RESUME_JUNIT) > "$out/not_run.txt"
+        echo "tests not in $RESUME_JUNIT: $(wc -l < "$out/not_run.txt")"
+        mapfile -t paths < <(sed "s#^#$repo/#" "$out/not_run.txt")
+        [ ${#paths[@]} -gt 0 ] || continue
+      fi
       # A time limit, so that a hung kernel leaves the later steps their time; as an interrupt,
       # so that pytest still reports the failures so far and writes its XML.
       timeout -s INT -k 60 "${TEST_TIMEOUT:-900}" python3 -m pytest -q -rfE -p no:cacheprovider "${paths[@]}" ${TESTS:+-k "$TESTS"} ${PYTEST_ARGS:-} \

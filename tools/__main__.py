@@ -24,6 +24,7 @@ COMMANDS = {
     "selective-configs": "tools.selective_configs",
     "shape-sweep": "tools.shape_sweep",
     "step-profile": "tools.step_profile",
+    "tests-not-run": "tools.tests_not_run",
     "throughput-grid": "tools.throughput_grid",
 }
 # Shell scripts beside the commands, run as bash tools/NAME.

@@ -139,17 +139,38 @@ __device__ __forceinline__ void store_bwd_coeffs(const Acc (&gs)[E], const T* y,
 template <int E, int NT, int M, int A>
 constexpr TileConfig kConfigOf{E, NT, static_cast<MemCode>(M), static_cast<AlgoCode>(A)};
 
-// The pipelined forward at 4 elements a thread keeps a full multiprocessor of threads (32
-// registers each): its tiles are small, so bytes in flight come from resident blocks (at 40
-// registers six 256-thread blocks fit of eight; H200, float32 13200 x 16384: 83% of DRAM peak).
-// (float32 storage alone: 32 registers spill at 64 threads a block, with the coalesced
-// strategy's staging, and for 16-bit or float64 values.)
+// The pipelined backward loads each tile's outputs with its d_outputs and coefficients, ahead of
+// the scan, rather than after it, where the block waits for them, for 16-bit values (a raw 16-bit
+// tile costs few registers; H100, 13200 x L bf16 16x64, kernel us, L = 2048 / 4096 / 8192 /
+// 16384: 104.4 / 203.6 / 398.3 / 784.0 -> 96.5 / 185.5 / 371.1 / 744.4) and for float32 at 64
+// threads a block and up to 8 elements a thread (H200, 13200 x 16384: 8x64 1216 -> 1093 us,
+// 4x64 1273 -> 1257). float32 16x64 needs 176 registers instead of 159 for it and lost 1% at 8192.
 template <typename St, Schedule S, int E, int NT, int M>
-constexpr int kFwdMinBlocks = S == Schedule::kPipe && E <= 4 && NT == 256 &&
-                                      static_cast<MemCode>(M) != MemCode::kCoalesced &&
-                                      sizeof(values_t<St>) == 4 && sizeof(acc_t<St>) == 4
-                                  ? 2048 / NT
-                                  : 1;
+constexpr bool kLoadsOutputsEarly = S == Schedule::kPipe && static_cast<MemCode>(M) != MemCode::kCoalesced &&
+                                   (sizeof(values_t<St>) == 2 || (sizeof(values_t<St>) == 4 && NT == 64 && E <= 8));
+
+// Occupancy targets (blocks a multiprocessor, __launch_bounds__' second argument) for the float32
+// pipe kernels at 4 elements a thread and 256 threads a block: their tiles are small, so bytes in
+// flight come from resident blocks.
+// - Forward: eight blocks (32 registers). At 40 registers six fit; H200, 13200 x 16384: 83% of
+//   DRAM peak, and 0.94 -> 0.97-0.99 of copy with eight.
+// - Backward: six blocks (40 registers; 60 without). H200, 13200 x 16384: 1332 -> 1180 us.
+// 0 sets no target. Any other value, 1 included, emits .minnctapersm, which changes how ptxas
+// allocates registers: at 1 the bfloat16 backward at 8x64 took 96 registers against 70 without
+// and ran slower, and every 16-bit forward slowed (H200, bf16 13200 x 4096: 0.98 -> 0.89 of copy).
+// The float32 backwards that load outputs early were measured at 1 (121 registers at 8x64) and
+// keep it. 32 registers spill at 64 threads a block, with the coalesced strategy's staging, and
+// for 16-bit or float64 values.
+template <typename St, Schedule S, int E, int NT, int M>
+constexpr bool kFloat32Pipe = S == Schedule::kPipe && E <= 4 && NT == 256 &&
+                              static_cast<MemCode>(M) != MemCode::kCoalesced && sizeof(values_t<St>) == 4 &&
+                              sizeof(acc_t<St>) == 4;
+template <typename St, Schedule S, int E, int NT, int M>
+constexpr int kFwdMinBlocks = kFloat32Pipe<St, S, E, NT, M> ? 2048 / NT : 0;
+template <typename St, Schedule S, int E, int NT, int M>
+constexpr int kBwdMinBlocks = kFloat32Pipe<St, S, E, NT, M> && static_cast<MemCode>(M) == MemCode::kVector ? 6
+                              : kLoadsOutputsEarly<St, S, E, NT, M> && sizeof(values_t<St>) == 4          ? 1
+                                                                                                         : 0;
 
 template <typename St, int E_, int NT_, int M_, int A_, Schedule S>
 __global__ void __launch_bounds__(NT_, (kFwdMinBlocks<St, S, E_, NT_, M_>)) tiled_fwd_kernel(const ForwardParams p) {
@@ -225,7 +246,7 @@ __global__ void __launch_bounds__(NT) tile_rows_fwd_kernel(const AlignedRows<kNu
 }
 
 template <typename St, int E_, int NT_, int M_, int A_, Schedule S>
-__global__ void __launch_bounds__(NT_) tiled_bwd_kernel(const BackwardParams p) {
+__global__ void __launch_bounds__(NT_, (kBwdMinBlocks<St, S, E_, NT_, M_>)) tiled_bwd_kernel(const BackwardParams p) {
   using T = values_t<St>;
   using Tc = coeffs_t<St>;
   using Acc = acc_t<St>;
@@ -253,15 +274,7 @@ __global__ void __launch_bounds__(NT_) tiled_bwd_kernel(const BackwardParams p) 
   Acc carry = Acc(0);
 
   using Prefetched = PrefetchedTile<C.memcode, E, T, Acc>;
-  // Pipe, 16-bit storage, loads into registers: each tile's outputs are loaded
-  // with its d_outputs and coefficients, ahead of the scan, rather than after
-  // it, where the block waits for them. A raw 16-bit tile costs few registers
-  // (bf16 16x64: 100 against 104 without). H100, 13200 x L bf16, kernel µs,
-  // L = 2048 / 4096 / 8192 / 16384: 104.4 / 203.6 / 398.3 / 784.0 -> 96.5 /
-  // 185.5 / 371.1 / 744.4 (a second build of each agreed within 0.5%). fp32
-  // 16x64 needs 176 registers instead of 159 and lost 1% at 8192, so it loads
-  // its outputs after the scan as before.
-  constexpr bool kEarlyOutputs = S == Schedule::kPipe && Prefetched::kRaw && sizeof(T) == 2;
+  constexpr bool kEarlyOutputs = kLoadsOutputsEarly<St, S, E, NT, M_>;
   Acc gs[E], cs[E];
   Prefetched ys_ahead;
   const int64_t mine = static_cast<int64_t>(threadIdx.x) * E;  // this thread's first element in a tile
