@@ -157,7 +157,7 @@ constexpr bool kLoadsOutputsEarly = S == Schedule::kPipe && static_cast<MemCode>
 // - Backward: six blocks (40 registers; 60 without). H200, 13200 x 16384: 1332 -> 1180 us.
 // 0 sets no target. Any other value, 1 included, emits .minnctapersm, which changes how ptxas
 // allocates registers: at 1 the bfloat16 backward at 8x64 took 96 registers against 70 without
-// and ran slower, and every 16-bit forward slowed (H200, bf16 13200 x 4096: 0.98 -> 0.89 of copy).
+// and ran slower, and every 16-bit forward slowed (H200, bf16 13200 x 4096 at 16x64: 78.3 -> 87.3 us).
 // The float32 backwards that load outputs early were measured at 1 (121 registers at 8x64) and
 // keep it. 32 registers spill at 64 threads a block, with the coalesced strategy's staging, and
 // for 16-bit or float64 values.

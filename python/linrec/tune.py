@@ -108,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=f"--table: the table whose rows are measured (default: {tuning.DEFAULT_TABLE})")
     parser.add_argument("--move-bounds", action="store_true",
                         help="--table: also move each row's end down where the next row is faster here "
-                             "(experimental: not yet run on a GPU)")
+                             "(times each row's first storage class alone)")
     args = parser.parse_args(argv)
     reason = _cli.cuda_unavailable(compiled_kernels=True)
     if reason:

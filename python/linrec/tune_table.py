@@ -9,8 +9,9 @@ inside the row's regime (probe_shapes), each timed with every config of the row'
 compiled for all of the row's storage classes and fits the row's lengths. The config with the
 least time summed over the shapes (each relative to its fastest) wins, unless the template's is
 within TIE of it (noise must not churn a table). With --move-bounds, each row's longest length
-is then moved down while the next row is faster there (move_boundaries; not yet run on a GPU,
-so off by default).
+is then moved down while the next row is faster there (move_boundaries). It times a row's first
+storage class alone and moves the row's end for all of them, so it is off by default: the H200
+table took its float32 moves by hand, leaving float64 where it was.
 
 Inputs cycle past L2, as in the bench, so short sequences are read from DRAM. Timing is device
 time (a CUDA graph), one kernel at a time: forward, fused backward, or both for a row of either
