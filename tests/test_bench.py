@@ -1,6 +1,8 @@
 """The benchmark's input cycling (python -m linrec.bench): a pass over the copies moves at least twice L2;
 its adapters of the peers' layouts; and python -m tools check-floors's verdicts on a hand-made bench file."""
 
+import json
+
 import pytest
 import torch
 
@@ -123,6 +125,30 @@ def test_check_floors_peer_and_eager_verdicts():
     assert not any("eager" in v["what"] for v in check_floors.check({"copy_gbs": 3000.0, "rows": small}))
 
 
+def test_check_floors_option_verdicts():
+    """--options cases: packed sequences hold linrec with cu_seqlens to 0.90 of copy forward and
+    0.85 fwd+bwd; log-coefficients hold linrec with log_coeffs to 1.03x the time of linrec on the
+    same values. The plain linrec and torch.exp rows there are references, not peers."""
+    varlen, log = "varlen log-uniform 64..8192 (4096,32768)", "log 13200 x 4096"
+    rows = [bench_row(varlen, False, "torch.add", 3000, 1.0), bench_row(varlen, False, "linrec", 2950, 1.0),
+            bench_row(varlen, False, "linrec cu_seqlens", 2640, 1.0),  # 0.88 < 0.90: misses
+            bench_row(varlen, True, "torch.mul fwd+bwd", 2700, 1.0), bench_row(varlen, True, "linrec", 2900, 1.0),
+            bench_row(varlen, True, "linrec cu_seqlens", 2580, 1.0),  # 0.86 >= 0.85: meets
+            bench_row(log, False, "torch.add", 3000, 1.0), bench_row(log, False, "linrec", 2900, 1.00),
+            bench_row(log, False, "linrec log_coeffs", 2850, 1.02),  # 1.02x plain: meets
+            bench_row(log, False, "torch.exp + linrec", 1800, 1.60),
+            bench_row(log, True, "torch.mul fwd+bwd", 2700, 2.0), bench_row(log, True, "linrec", 2900, 2.0),
+            bench_row(log, True, "linrec log_coeffs", 2750, 2.1)]  # 1.05x plain: misses
+    verdicts = check_floors.check({"copy_gbs": 3000.0, "rows": rows})
+    got = {(v["case"], v["backward"], v["what"]): (round(v["figure"], 3), v["ok"]) for v in verdicts}
+    assert got == {
+        (varlen, False, "of copy"): (0.88, False),
+        (varlen, True, "of copy"): (0.86, True),
+        (log, False, "x linrec's time on plain coefficients"): (1.02, True),
+        (log, True, "x linrec's time on plain coefficients"): (1.05, False),
+    }
+
+
 def test_packed_benchmark_segments():
     """The --options cases' packings: 32768 tokens, log-uniform lengths in 64..8192 (the last cut
     short), and 3 long segments beside 2000 short ones."""
@@ -180,6 +206,16 @@ def test_check_floors_model_verdicts():
             dict(size="b", scan="accelerated_scan", ms=20.0)]
     verdicts = check_floors.check_model({"kind": "model", "floor": 1.02, "reference": ref, "rows": rows})
     assert {v["case"]: v["ok"] for v in verdicts} == {"step, a": True, "step, b": False}
+
+
+def test_check_floors_refuses_other_json(tmp_path, capsys):
+    """A JSON file that no bench mode wrote (models-bench writes a list) is an error that names
+    the file, not a traceback."""
+    path = tmp_path / "models.json"
+    path.write_text(json.dumps([{"model": "torch.nn.LSTM", "fwd_ms": 1.0}]))
+    with pytest.raises(SystemExit) as exit_:
+        check_floors.main([str(path)])
+    assert exit_.value.code == 2 and str(path) in capsys.readouterr().err
 
 
 def test_model_bench_steps_train():

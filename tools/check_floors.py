@@ -9,6 +9,9 @@ The floors, as fractions of the run's copy bandwidth or ratios to the same run's
   every case with a peer   at least the best peer's GB/s in the same run (accelerated-scan, FLA, the
                            Triton pipe: every implementation that is not linrec's own)
   eager, >= 2^23 elements  fwd eager time <= 1.1 x torch.add's, fwd+bwd <= 1.15 x the elementwise fwd+bwd's
+  --options cases          packed sequences ("varlen ..."): linrec with cu_seqlens, fwd >= 0.90 of copy,
+                           fwd+bwd >= 0.85; log-coefficients ("log ..."): linrec with log_coeffs=True
+                           takes at most 1.03 x the time of linrec on the same values as coefficients
 The same floors hold for every dtype, but for the 16-bit forward of few long sequences: 0.78
 (lowered 2026-11-27 after about 30 measured designs, docs/design/0006-chained-fixed-cost-bf16-forward.md).
 A `python -m linrec.bench --host --json` file has one floor: on CPU tensors, fwd+bwd host time
@@ -24,7 +27,10 @@ import json
 import sys
 
 BASELINES = {False: "torch.add", True: "torch.mul fwd+bwd"}
-NOT_PEERS = {"linrec", "linrec_hop", "torch.add", "torch.mul fwd+bwd"}
+# The --options cases: by the case's name, the implementation their floors are for (the plain
+# linrec rows there are references: the same values without the option).
+OPTION_IMPLS = {"varlen ": "linrec cu_seqlens", "log ": "linrec log_coeffs"}
+NOT_PEERS = {"linrec", "linrec_hop", "torch.add", "torch.mul fwd+bwd", "torch.exp + linrec", *OPTION_IMPLS.values()}
 EAGER_FLOORS = {False: 1.1, True: 1.15}
 EAGER_MIN_ELEMS = 2**23
 
@@ -33,8 +39,13 @@ FEW_LONG_CASES = ("1 x 2^24", "4 x 2^22")
 SIXTEEN_BIT = ("bfloat16", "float16")
 
 
-def floor_of(case, dtype, backward, ours, base, copy_gbs):
-    """(figure, floor, higher_is_better, what) for one linrec row and its same-run baseline."""
+def floor_of(case, dtype, backward, ours, base, copy_gbs, plain=None):
+    """(figure, floor, higher_is_better, what) for one linrec row and its same-run baseline
+    (and, in a --options case, the plain linrec row on the same values)."""
+    if case.startswith("varlen "):
+        return ours["gbs"] / copy_gbs, 0.85 if backward else 0.90, True, "of copy"
+    if case.startswith("log "):
+        return ours["ms"] / plain["ms"], 1.03, False, "x linrec's time on plain coefficients"
     if case.startswith("grid L="):
         length = int(case.split("=")[1])
         if length >= 4096:
@@ -47,6 +58,14 @@ def floor_of(case, dtype, backward, ours, base, copy_gbs):
     return ours["gbs"] / copy_gbs, 0.80 if backward else 0.85, True, "of copy"
 
 
+def under_test(case, impl):
+    """The implementation a case's floors are for: impl, or in a --options case of linrec its option's."""
+    for prefix, option_impl in OPTION_IMPLS.items():
+        if case.startswith(prefix) and impl == "linrec":
+            return option_impl
+    return impl
+
+
 def check(bench, impl="linrec"):
     """One verdict a (case, dtype, pass) that has both impl and its baseline: a list of
     dicts with case, dtype, backward, figure, floor, what and ok."""
@@ -54,10 +73,12 @@ def check(bench, impl="linrec"):
     verdicts = []
     for (case, dtype, backward, name), ours in rows.items():
         base = rows.get((case, dtype, backward, BASELINES[backward]))
-        if name != impl or base is None:
+        plain = rows.get((case, dtype, backward, impl))
+        if name != under_test(case, impl) or base is None or (case.startswith("log ") and plain is None):
             continue
         # A file merged from runs keeps each row's own copy bandwidth.
-        figure, floor, higher, what = floor_of(case, dtype, backward, ours, base, ours.get("copy_gbs", bench["copy_gbs"]))
+        figure, floor, higher, what = floor_of(case, dtype, backward, ours, base, ours.get("copy_gbs", bench["copy_gbs"]),
+                                               plain)
         ok = figure >= floor if higher else figure <= floor
         verdicts.append(dict(case=case, dtype=dtype, backward=backward, figure=figure, floor=floor, what=what, ok=ok))
         peers = [r for (c, d, b, n), r in rows.items() if (c, d, b) == (case, dtype, backward) and n not in NOT_PEERS]
@@ -106,6 +127,8 @@ def main(argv=None) -> int:
     parser.add_argument("--impl", default="linrec")
     args = parser.parse_args(argv)
     bench = json.load(open(args.path))
+    if not isinstance(bench, dict) or not ("kind" in bench or "rows" in bench and "copy_gbs" in bench):
+        parser.error(f"{args.path} is not a file of python -m linrec.bench --json (plain, --host or --model)")
     if bench.get("kind") == "model":
         verdicts = check_model(bench)
         print(f"{bench['device']}, torch {bench['torch']}: linrec's training step against the floor")
