@@ -402,8 +402,8 @@ __device__ __forceinline__ void zero_cut(Acc (&v)[E], CutAt cut, int64_t first) 
     if (cut(first + i)) v[i] = Acc(0);
 }
 
-// The cut flags of a thread's E elements from `first`, loaded with its tile (a pipelined
-// kernel loads the next tile's with the next tile). Flags read one by one where each
+// The cut flags of a thread's E elements from `first`, loaded with its tile (the chained and
+// strided kernels; the tiled ones read bits, PrefetchedCutBits). Flags read one by one where each
 // coefficient is used took packed bf16 rows of 32768 to 0.29-0.66 of copy (H200, H100),
 // against 0.94-1.00 uncut.
 template <int E>
@@ -442,6 +442,28 @@ struct CutFlags {
 #pragma unroll
     for (int i = 0; i < E; ++i)
       if ((bits >> i) & 1u) v[i] = Acc(0);
+  }
+};
+
+// The same cuts packed one bit a step, 32 steps a word (bit l % 32 of word l / 32, zero past
+// the end), as the tiled kernels read them: the launch packs them (cut_bits.cuh). A thread's E
+// flags, from its first step in a tile, are one 32-bit load, held as loaded until the tile is
+// taken. The byte flags read into bits at once (CutFlags::load) made each warp of the pipelined
+// kernels wait for that load before it scanned the tile in hand: packed bf16 rows of 32768 ran
+// 1.18x as long as unpacked ones on the H200.
+template <int E>
+struct PrefetchedCutBits {
+  static_assert(E <= 32 && 32 % E == 0, "a thread's flags lie in one word");
+  uint32_t word = 0;
+  // first: this thread's first step in a tile; tiles start at multiples of 32 steps.
+  __device__ __forceinline__ void load(const uint32_t* cut_bits, int64_t first, int64_t len) {
+    if (cut_bits != nullptr && first < len) word = cut_bits[first >> 5];  // first >= 0
+  }
+  __device__ __forceinline__ CutFlags<E> take() const {
+    const uint32_t shift = (threadIdx.x * E) % 32;  // first % 32, as tiles start at multiples of 32
+    CutFlags<E> flags;
+    flags.bits = static_cast<typename CutFlags<E>::Bits>((word >> shift) & (E == 32 ? ~0u : (1u << E) - 1u));
+    return flags;
   }
 };
 

@@ -9,6 +9,7 @@
 
 #include "instances/families.h"
 #include "launch.h"
+#include "primitives/cut_bits.cuh"
 #include "primitives/workspace.cuh"
 
 namespace linrec {
@@ -31,6 +32,7 @@ template <bool kBackward>
 void launch(const ParamsOf<kBackward>& p, Storage storage, KernelKind kind, const TileConfig& config,
             int64_t workspace_bytes, cudaStream_t stream) {
   if (p.chain_workspace != nullptr) clear_workspace(p.chain_workspace, workspace_bytes, stream);
+  if (p.cut_bits != nullptr) pack_cut_bits(p.cuts, p.cut_bits, p.seq_len, stream);
   for_compiled(storage, kind, [&]<KernelKind K, typename S>() {
     Family<K>::template launch<S, kBackward>(p, config, stream);
   });

@@ -180,6 +180,7 @@ __global__ void __launch_bounds__(NT_, (kFwdMinBlocks<St, S, E_, NT_, M_>)) tile
   constexpr TileConfig C = kConfigOf<E_, NT_, M_, A_>;
   constexpr int E = E_, NT = NT_;
   constexpr int64_t kTileLen = C.tile_len();
+  static_assert(kTileLen % 32 == 0, "PrefetchedCutBits: tiles start at multiples of 32 steps");
   Acc* smem = staging_smem<Acc>();
   __shared__ BlockScanStorage<Acc> storage;
 
@@ -195,22 +196,22 @@ __global__ void __launch_bounds__(NT_, (kFwdMinBlocks<St, S, E_, NT_, M_>)) tile
   const int64_t len = p.seq_len;
   const bool rev = p.reverse;
   Acc carry = p.initial ? to_acc<Acc>(static_cast<const T*>(p.initial)[off[kFwdInitial]]) : Acc(0);
-  const CutAt cut{p.cuts, len};
   const int64_t mine = static_cast<int64_t>(threadIdx.x) * E;  // this thread's first element in a tile
 
   Acc xs[E], cs[E];
-  CutFlags<E> cuts;
+  PrefetchedCutBits<E> first_cuts;
   load_tile<C.memcode>(xs, x, sx, tiles.start(0), len, Acc(0), smem);
   load_tile<C.memcode>(cs, c, sc, tiles.start(0), len, Acc(1), smem);
-  cuts.load(cut, tiles.start(0) + mine);
+  first_cuts.load(p.cut_bits, tiles.start(0) + mine, len);
+  CutFlags<E> cuts = first_cuts.take();
   for (int64_t k = 0; k < tiles.num_tiles; ++k) {
     PrefetchedTile<C.memcode, E, T, Acc> next_xs;
     PrefetchedTile<C.memcode, E, Tc, Acc> next_cs;
-    CutFlags<E> next_cuts;
+    PrefetchedCutBits<E> next_cuts;
     if (S == Schedule::kPipe && k + 1 < tiles.num_tiles) {
       next_xs.load(x, sx, tiles.start(k + 1), len, Acc(0), smem);
       next_cs.load(c, sc, tiles.start(k + 1), len, Acc(1), smem);
-      next_cuts.load(cut, tiles.start(k + 1) + mine);
+      next_cuts.load(p.cut_bits, tiles.start(k + 1) + mine, len);
     }
     cuts.apply(cs);
     scan_tile<C.algocode, E, NT>(xs, cs, rev, carry, storage);
@@ -218,7 +219,7 @@ __global__ void __launch_bounds__(NT_, (kFwdMinBlocks<St, S, E_, NT_, M_>)) tile
     if constexpr (S == Schedule::kPipe) {
       next_xs.take(xs);
       next_cs.take(cs);
-      cuts = next_cuts;
+      cuts = next_cuts.take();
     }
   }
 }
@@ -253,6 +254,7 @@ __global__ void __launch_bounds__(NT_, (kBwdMinBlocks<St, S, E_, NT_, M_>)) tile
   constexpr TileConfig C = kConfigOf<E_, NT_, M_, A_>;
   constexpr int E = E_, NT = NT_;
   constexpr int64_t kTileLen = C.tile_len();
+  static_assert(kTileLen % 32 == 0, "PrefetchedCutBits: tiles start at multiples of 32 steps");
   Acc* smem = staging_smem<Acc>();
   __shared__ BlockScanStorage<Acc> storage;
 
@@ -278,21 +280,22 @@ __global__ void __launch_bounds__(NT_, (kBwdMinBlocks<St, S, E_, NT_, M_>)) tile
   Acc gs[E], cs[E];
   Prefetched ys_ahead;
   const int64_t mine = static_cast<int64_t>(threadIdx.x) * E;  // this thread's first element in a tile
-  CutFlags<E> cuts;
+  PrefetchedCutBits<E> first_cuts;
   load_tile<C.memcode>(gs, dy, es[kBwdDOutputs], tiles.start(0), len, Acc(0), smem);
   load_tile<C.memcode>(cs, c, es[kBwdCoeffs], tiles.start(0), len, Acc(1), smem);
   if constexpr (kEarlyOutputs) ys_ahead.load(y, es[kBwdOutputs], tiles.start(0), len, Acc(0), smem);
-  cuts.load(cut, tiles.start(0) + mine);
+  first_cuts.load(p.cut_bits, tiles.start(0) + mine, len);
+  CutFlags<E> cuts = first_cuts.take();
   for (int64_t k = 0; k < tiles.num_tiles; ++k) {
     const int64_t start = tiles.start(k);
     Prefetched next_gs, next_ys;
     PrefetchedTile<C.memcode, E, Tc, Acc> next_cs;
-    CutFlags<E> next_cuts;
+    PrefetchedCutBits<E> next_cuts;
     if (S == Schedule::kPipe && k + 1 < tiles.num_tiles) {
       next_gs.load(dy, es[kBwdDOutputs], tiles.start(k + 1), len, Acc(0), smem);
       next_cs.load(c, es[kBwdCoeffs], tiles.start(k + 1), len, Acc(1), smem);
       if constexpr (kEarlyOutputs) next_ys.load(y, es[kBwdOutputs], tiles.start(k + 1), len, Acc(0), smem);
-      next_cuts.load(cut, tiles.start(k + 1) + mine);
+      next_cuts.load(p.cut_bits, tiles.start(k + 1) + mine, len);
     }
     cuts.apply(cs);
     Acc own_cs[E];  // log storage: the coefficients at their own steps, for the gradient of log c
@@ -316,7 +319,7 @@ __global__ void __launch_bounds__(NT_, (kBwdMinBlocks<St, S, E_, NT_, M_>)) tile
     if constexpr (S == Schedule::kPipe) {
       next_gs.take(gs);
       next_cs.take(cs);
-      cuts = next_cuts;
+      cuts = next_cuts.take();
       if constexpr (kEarlyOutputs) ys_ahead = next_ys;
     }
   }

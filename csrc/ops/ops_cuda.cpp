@@ -56,6 +56,13 @@ std::optional<Tensor> chain_workspace(const Tensor& like, int64_t bytes) {
   return torch::stable::new_empty(like, std::vector<int64_t>{bytes}, ScalarType::Byte);
 }
 
+// The tile and pipe kernels read packed sequences' cuts as bits (memio.h, PrefetchedCutBits),
+// which the launch packs here; kept alive by the caller.
+std::optional<Tensor> cut_bits(const Tensor& like, const uint8_t* cuts, int64_t seq_len, KernelKind kind) {
+  if (cuts == nullptr || (kind != KernelKind::kTile && kind != KernelKind::kPipe)) return std::nullopt;
+  return torch::stable::new_empty(like, std::vector<int64_t>{(seq_len + 31) / 32}, ScalarType::Int);
+}
+
 // Picks the kernel for p's shape (`interleaved`: sequences lie nearer each other in memory
 // than a sequence's own elements), allocates its workspace and launches it (`launch`: cuda_fwd
 // or cuda_bwd) on torch's current stream of `like`'s device.
@@ -71,6 +78,8 @@ void launch_on_current_stream(const Tensor& like, Params& p, Storage storage, co
   const int64_t workspace_bytes = cuda_workspace_bytes(storage, c.kind, p.num_seqs, p.seq_len, c.config);
   const std::optional<Tensor> workspace = chain_workspace(like, workspace_bytes);
   if (workspace) p.chain_workspace = workspace->mutable_data_ptr();
+  const std::optional<Tensor> bits = cut_bits(like, p.cuts, p.seq_len, c.kind);
+  if (bits) p.cut_bits = static_cast<uint32_t*>(bits->mutable_data_ptr());
   launch(p, storage, c.kind, c.config, workspace_bytes, current_stream(like));
 }
 
