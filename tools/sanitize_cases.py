@@ -1,7 +1,7 @@
 """A small set of kernel calls for compute-sanitizer (memcheck, racecheck).
 
 Every kernel family (CUDA and Triton), both directions, partial tiles, misaligned views and aligned
-rows, complex storage on the strided, staged chained, tile, packed and ref kernels, fwd and bwd;
+rows, packed sequences on the tile and pipe kernels, complex storage on the strided, staged chained, tile, packed and ref kernels, fwd and bwd;
 the selective scan at every compiled config, with partial warps, partial chunks, groups and
 per-channel B and C.
 
@@ -13,6 +13,8 @@ import argparse
 import torch
 
 import linrec
+from linrec._registry import FAMILIES
+from linrec._segments import cut_flags
 from linrec.impl import cuda, triton
 
 
@@ -42,6 +44,16 @@ def main(argv=None) -> int:
                     leaves = [torch.randn(3, length, device="cuda").to(dtype).requires_grad_() for _ in range(2)]
                     cuda.linrec_tile(*leaves, reverse, elems_per_thread=e, threads_per_block=t, memcode=m,
                                      algocode=a).sum().backward()
+            # Packed sequences on the tile and pipe kernels, which read the cuts packed into bits
+            # by a kernel of their own: a length that is no multiple of 32 (a partial last word).
+            cuts = cut_flags(torch.tensor([0, 5, 37, 500, 1030], device="cuda"), x.shape[-1], reverse, "cuda")[0]
+            for e, t, m, a in linrec.compiled_configs():
+                for kernel in ("tile", "pipe"):
+                    if kernel == "tile" and e * t < x.shape[-1]:
+                        continue
+                    config = (FAMILIES[kernel].id, e, t, m, a)
+                    y = torch.ops.linrec.linrec_fwd(x, c, None, 1, reverse, *config, False, cuts)
+                    torch.ops.linrec.linrec_bwd(torch.randn_like(y), c, y, None, 1, reverse, *config, False, cuts)
             # Strided: channel-last (T, D) over dim 0, 3 channels (one a lane) and, for 16-bit
             # storage, 66 (two a lane, a partial group); packed: sequences of 100 elements.
             xt, ct = x.t().contiguous(), c.t().contiguous()
