@@ -18,9 +18,23 @@ from linrec._segments import cut_flags
 from linrec.impl import cuda, triton
 
 
+def packed_sequences(x, c, reverse):
+    """Packed sequences on every tile and pipe config, which read the cuts packed into bits by a
+    kernel of their own: a length that is no multiple of 32 (a partial last word)."""
+    cuts = cut_flags(torch.tensor([0, 5, 37, 500, x.shape[-1]], device="cuda"), x.shape[-1], reverse, "cuda")[0]
+    for e, t, m, a in linrec.compiled_configs():
+        for kernel in ("tile", "pipe"):
+            if kernel == "tile" and e * t < x.shape[-1]:
+                continue
+            config = (FAMILIES[kernel].id, e, t, m, a)
+            y = torch.ops.linrec.linrec_fwd(x, c, None, 1, reverse, *config, False, cuts)
+            torch.ops.linrec.linrec_bwd(torch.randn_like(y), c, y, None, 1, reverse, *config, False, cuts)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools sanitize-cases", description=__doc__.splitlines()[0])
-    parser.parse_args(argv)
+    parser.add_argument("--packed-only", action="store_true", help="only the packed sequences' cases")
+    args = parser.parse_args(argv)
     torch.manual_seed(0)
     for dtype in (torch.float32, torch.bfloat16):
         base = torch.randn(3, 1031, device="cuda").to(dtype)
@@ -28,6 +42,9 @@ def main(argv=None) -> int:
         c = (torch.rand_like(base) * 0.5 + 0.5)[:, 1:]
         h0 = torch.randn(3, device="cuda").to(dtype)
         for reverse in (False, True):
+            packed_sequences(x, c, reverse)
+            if args.packed_only:
+                continue
             for e, t, m, a in linrec.compiled_configs():
                 kw = dict(elems_per_thread=e, threads_per_block=t, memcode=m, algocode=a)
                 for fn in (cuda.linrec_tile, cuda.linrec_pipe, cuda.linrec_chained):
@@ -44,16 +61,6 @@ def main(argv=None) -> int:
                     leaves = [torch.randn(3, length, device="cuda").to(dtype).requires_grad_() for _ in range(2)]
                     cuda.linrec_tile(*leaves, reverse, elems_per_thread=e, threads_per_block=t, memcode=m,
                                      algocode=a).sum().backward()
-            # Packed sequences on the tile and pipe kernels, which read the cuts packed into bits
-            # by a kernel of their own: a length that is no multiple of 32 (a partial last word).
-            cuts = cut_flags(torch.tensor([0, 5, 37, 500, 1030], device="cuda"), x.shape[-1], reverse, "cuda")[0]
-            for e, t, m, a in linrec.compiled_configs():
-                for kernel in ("tile", "pipe"):
-                    if kernel == "tile" and e * t < x.shape[-1]:
-                        continue
-                    config = (FAMILIES[kernel].id, e, t, m, a)
-                    y = torch.ops.linrec.linrec_fwd(x, c, None, 1, reverse, *config, False, cuts)
-                    torch.ops.linrec.linrec_bwd(torch.randn_like(y), c, y, None, 1, reverse, *config, False, cuts)
             # Strided: channel-last (T, D) over dim 0, 3 channels (one a lane) and, for 16-bit
             # storage, 66 (two a lane, a partial group); packed: sequences of 100 elements.
             xt, ct = x.t().contiguous(), c.t().contiguous()
@@ -98,6 +105,8 @@ def main(argv=None) -> int:
             for fn in (triton.linrec_tile, triton.linrec_pipe):
                 leaves = [v.clone().requires_grad_() for v in (x, c, h0)]
                 fn(*leaves[:2], reverse, initial=leaves[2]).sum().backward()
+    if args.packed_only:
+        return 0
     # Complex storage: channel-last, 66 channels and 3; rows of several chained tiles, aligned and
     # misaligned; short rows on the tile and packed kernels.
     for reverse in (False, True):
