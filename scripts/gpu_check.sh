@@ -10,7 +10,7 @@
 #                RESUME_JUNIT="a.xml b.xml" runs only the tests those JUnit files (runs cut off) do not list
 #     attrs      python -m linrec.func_attrs (registers, spills)
 #     main       python -m linrec (the main job)
-#     sanitizer  compute-sanitizer memcheck + racecheck over python -m tools sanitize-cases
+#     sanitizer  compute-sanitizer memcheck + racecheck over python -m tools sanitize-cases $SANITIZE_ARGS
 #     tune       python -m linrec.tune
 #     table      python -m linrec.tune --table: a tuning table measured on this device (table.json)
 #     sweep      python -m tools config-sweep $SWEEP_ARGS (kernel times of every compiled config;
@@ -39,7 +39,7 @@
 #      Python files and tuning tables alone, whose compiled module is unchanged), PEER_WHEELS (wheels
 #      of the bench's peers, installed with --no-deps: accelerated-scan, fla-core, ninja),
 #      BEFORE_WHEEL, BEFORE_ARGS, MAMBA_SDIST, TORCH_CUDA_ARCH_LIST (default 9.0 when building),
-#      TESTS, TEST_FILES, RESUME_JUNIT, PYTEST_ARGS, BENCH_ARGS, TUNE_ARGS, TABLE_ARGS, SWEEP_ARGS, SELECTIVE_ARGS,
+#      TESTS, TEST_FILES, RESUME_JUNIT, PYTEST_ARGS, BENCH_ARGS, SANITIZE_ARGS, TUNE_ARGS, TABLE_ARGS, SWEEP_ARGS, SELECTIVE_ARGS,
 #      WEAK_ARGS, TEST_TIMEOUT (seconds, default 900).
 set -uo pipefail
 out=${1:-${OUT:-results}}
@@ -113,7 +113,7 @@ for step in $steps; do
     main) python3 -m linrec ;;
     sanitizer)
       for tool in memcheck racecheck; do
-        (cd "$repo" && compute-sanitizer --tool $tool --error-exitcode 9 python3 -m tools sanitize-cases) \
+        (cd "$repo" && compute-sanitizer --tool $tool --error-exitcode 9 python3 -m tools sanitize-cases ${SANITIZE_ARGS:-}) \
           > "$out/sanitizer_$tool.txt" 2>&1
         echo "compute-sanitizer $tool: exit $?"; tail -1 "$out/sanitizer_$tool.txt"
       done ;;
