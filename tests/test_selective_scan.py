@@ -847,7 +847,7 @@ def test_opcheck_with_cuts():
 def packed_cpu_results(args, cu, reverse, d_y, d_last):
     """The CPU kernel's packed forward and backward in float64 on the arguments as given (rounded)."""
     cpu = {k: v.detach().cpu().double() for k, v in args.items()}
-    cuts = cut_flags(cu, cpu["u"].shape[2], bool(reverse), "cpu")[0]
+    cuts = cut_flags(cu, cpu["u"].shape[2], bool(reverse), "cpu")
     fwd = op_args(cpu, reverse=reverse) + (cuts, cu)
     y, last, ckpt = fwd_op(*fwd)
     return (y, last, ckpt), bwd_op(d_y.cpu().double(), d_last.cpu().double(), *fwd[:9], ckpt, *fwd[9:])
@@ -883,7 +883,7 @@ def test_cuda_kernels_take_cu_seqlens(case, dtype):
         d_y = torch.randn(args["u"].shape, generator=g).to("cuda", dtype)
         d_last = torch.randn(batch, channels, segments, states, generator=g).cuda()
         expected = packed_cpu_results(args, cu, reverse, d_y, d_last)
-        cuts = cut_flags(cu.cuda(), length, bool(reverse), "cuda")[0]
+        cuts = cut_flags(cu.cuda(), length, bool(reverse), "cuda")
         for config in selective_configs():
             fwd = op_args(args, reverse=reverse, config=config) + (cuts, cu.cuda())
             poison("cuda", 4 * args["u"].numel() * states)

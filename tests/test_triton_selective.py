@@ -230,7 +230,7 @@ def test_segments_match_reference(name):
     args = (*args[:8], initial)
     cu = torch.tensor(bounds, device=DEVICE)
     from linrec._segments import cut_flags
-    cuts = cut_flags(cu, L, case.reverse, DEVICE)[0]
+    cuts = cut_flags(cu, L, case.reverse, DEVICE)
     y, last, checkpoints = selective.selective_scan_fwd(*args, case.softplus, int(case.reverse), cuts, cu)
     grads = selective.selective_scan_bwd(d_y, d_last, *args, checkpoints, case.softplus, int(case.reverse), cuts, cu)
 

@@ -79,7 +79,7 @@ def main(argv=None) -> int:
             shape, dim = ((length, seqs), 0) if args.channels else ((seqs, length), -1)
             x = torch.randn(shape, device="cuda").to(dtype)
             c = (torch.rand(shape, device="cuda") * 0.5 + 0.5).to(dtype)
-            cuts = (cut_flags(log_uniform_segments(length, 64, 8192).cuda(), length, False, "cuda")[0]
+            cuts = (cut_flags(log_uniform_segments(length, 64, 8192).cuda(), length, False, "cuda")
                     if args.segments else None)
             y = torch.ops.linrec.linrec_fwd(x, c, None, dim, False, 0, 0, 0, 0, 0, False, cuts)
             dy = torch.randn_like(y)

@@ -4,7 +4,10 @@ Shows what a call's time is made of (the chained kernels' workspace fill, the
 scan kernel itself) and how a kernel's time grows with the length: fitting
 t = a * n + b over lengths separates the steady rate from a fixed cost.
 
-Usage: python -m tools kernel-times [--dtypes float32 bfloat16] [--lengths 22 23 24 25 26] [--seqs 1]
+With --segments, also a forward+backward through autograd of the same rows packed into segments of
+64..8192 steps (cu_seqlens) beside the plain one: every kernel a packed call adds.
+
+Usage: python -m tools kernel-times [--dtypes float32 bfloat16] [--lengths 22 23 24 25 26] [--seqs 1] [--segments]
 """
 
 import argparse
@@ -14,6 +17,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import linrec
+from linrec.bench import log_uniform_segments
 
 
 def kernel_medians(fn, reps):
@@ -38,6 +42,8 @@ def main(argv=None) -> int:
     parser.add_argument("--lengths", nargs="+", type=int, default=[22, 23, 24, 25, 26], help="log2 lengths")
     parser.add_argument("--seqs", type=int, default=1)
     parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--segments", action="store_true",
+                        help="also forward+backward, plain and packed (cu_seqlens, segments of 64..8192 steps)")
     args = parser.parse_args(argv)
     print(torch.cuda.get_device_name())
     for dtype_name in args.dtypes:
@@ -53,9 +59,14 @@ def main(argv=None) -> int:
                 "fwd": lambda: linrec.linrec(x, c),
                 "bwd": lambda: torch.ops.linrec.linrec_bwd(dy, c, y, None, -1, False, 0, 0, 0, 0, 0),
             }
+            if args.segments:
+                cu = log_uniform_segments(2**log_len, 64, 8192).cuda()
+                xg, cg = x.detach().requires_grad_(), c.detach().requires_grad_()
+                cases["fwd+bwd"] = lambda: torch.autograd.grad(linrec.linrec(xg, cg), (xg, cg), dy)
+                cases["packed fwd+bwd"] = lambda: torch.autograd.grad(linrec.linrec(xg, cg, cu_seqlens=cu), (xg, cg), dy)
             for case, fn in cases.items():
                 for name, (us, per_call) in kernel_medians(fn, args.reps).items():
-                    print(f"{dtype_name:9s} {args.seqs} x 2^{log_len} {case:4s} {us:9.1f} us  x{per_call}  {name[:90]}")
+                    print(f"{dtype_name:9s} {args.seqs} x 2^{log_len} {case:14s} {us:9.1f} us  x{per_call}  {name[:90]}")
             del x, c, y, dy
             torch.cuda.empty_cache()
     return 0

@@ -21,7 +21,7 @@ from linrec.impl import cuda, triton
 def packed_sequences(x, c, reverse):
     """Packed sequences on every tile and pipe config, which read the cuts packed into bits by a
     kernel of their own: a length that is no multiple of 32 (a partial last word)."""
-    cuts = cut_flags(torch.tensor([0, 5, 37, 500, x.shape[-1]], device="cuda"), x.shape[-1], reverse, "cuda")[0]
+    cuts = cut_flags(torch.tensor([0, 5, 37, 500, x.shape[-1]], device="cuda"), x.shape[-1], reverse, "cuda")
     for e, t, m, a in linrec.compiled_configs():
         for kernel in ("tile", "pipe"):
             if kernel == "tile" and e * t < x.shape[-1]:

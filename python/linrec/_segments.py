@@ -78,15 +78,24 @@ def segment_initial(initial, inputs: torch.Tensor, dim: int, num_segments: int):
                      f"({num_segments} segments along dim {dim}) or broadcastable to it, got {tuple(initial.shape)}")
 
 
-def cut_flags(cu_seqlens, length: int, reverse: bool, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(cuts, first, nonempty): the kernels' flags, one a step, set at each segment's first step in
-    scan order; each segment's first step (`length` for an empty segment); which segments have steps."""
+def cut_flags(cu_seqlens, length: int, reverse: bool, device) -> torch.Tensor:
+    """The kernels' flags, one a step, set at each segment's first step in scan order: its start,
+    or with reverse its last step. Two or three small kernels on CUDA: under a CUDA graph each
+    costs a few µs, as much as a scan of a few MB."""
+    # An empty segment's flag lands on the next segment's first step (or, with reverse, the last
+    # step of the one before), which is set anyway, or on a scratch slot past the end: its start
+    # is `length` when no step follows it; -1, which indexes the last slot, when none precedes it.
+    slots = torch.zeros(length + 1, dtype=torch.bool, device=device)
+    slots[cu_seqlens[1:] - 1 if reverse else cu_seqlens[:-1]] = True
+    return slots[:length]  # the same start as the tensor: the kernels read the flags 16 bytes at a time
+
+
+def segment_firsts(cu_seqlens, length: int, reverse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(first, nonempty): each segment's first step in scan order (`length` for an empty segment),
+    and which segments have steps."""
     starts, ends = cu_seqlens[:-1].long(), cu_seqlens[1:].long()
     nonempty = ends > starts
-    # An empty segment has no first step: its flag goes to a scratch slot past the end.
-    first = torch.where(nonempty, ends - 1 if reverse else starts, length)
-    cuts = torch.zeros(length + 1, dtype=torch.bool, device=device).index_fill_(0, first, True)[:length]
-    return cuts, first, nonempty
+    return torch.where(nonempty, ends - 1 if reverse else starts, length), nonempty
 
 
 def scan_segments(scan, inputs, coeffs, initial, dim: int, reverse: bool, cu_seqlens, log_coeffs=False):
@@ -96,8 +105,9 @@ def scan_segments(scan, inputs, coeffs, initial, dim: int, reverse: bool, cu_seq
     length = inputs.shape[dim]
     if length == 0:
         return scan(inputs, coeffs, None, dim, reverse, log_coeffs, None)
-    cuts, first, nonempty = cut_flags(cu_seqlens, length, reverse, inputs.device)
+    cuts = cut_flags(cu_seqlens, length, reverse, inputs.device)
     if initial is not None:
+        first, nonempty = segment_firsts(cu_seqlens, length, reverse)
         # y[first] = c[first] * initial[k] + x[first]; an empty segment adds 0 (at any step).
         at = first.clamp_max(length - 1)
         shape = [1] * inputs.dim()

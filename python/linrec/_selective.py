@@ -216,7 +216,7 @@ def _selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_
             last_state = initial_state.clone() if initial_state is not None else u.new_zeros(
                 (batch, channels, 0, states), dtype=acc)
             return (y, last_state) if return_last_state else y
-        cuts = cut_flags(cu_seqlens, length, reverse, u_device)[0]
+        cuts = cut_flags(cu_seqlens, length, reverse, u_device)
         cu_seqlens = _cast(cu_seqlens, torch.int64)
 
     tensors = (u, delta, A, B, C, D, z, delta_bias, initial_state)
