@@ -221,6 +221,39 @@ def cuts_of(cu, length, reverse, device):
     return cuts
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_cut_flags_match_the_loop(device, reverse):
+    """The flags the kernels get: one at each nonempty segment's first step in scan order, none
+    for empty segments (at the start, the end, between), from int32 and int64 cu_seqlens."""
+    from linrec._segments import cut_flags
+
+    rng = random.Random(1)
+    for cu in ([0, 0, 0, 5, 5, 9, 9], [0, 9], [0, 1, 2, 3, 9], [0, 0, 9, 9]) + tuple(
+            random_cu_seqlens(50, 12, rng).tolist() for _ in range(20)):
+        length = cu[-1]
+        for dtype in (torch.int32, torch.int64):
+            got = cut_flags(torch.tensor(cu, dtype=dtype, device=device), length, reverse, device)
+            assert torch.equal(got.cpu(), cuts_of(torch.tensor(cu), length, reverse, "cpu")), (cu, dtype)
+
+
+@pytest.mark.gpu
+def test_packed_call_captured_in_a_cuda_graph():
+    """A packed call adds no host sync or host-to-device copy: it replays from a CUDA graph."""
+    x = torch.randn(4, 3000, device="cuda")
+    c = torch.rand(4, 3000, device="cuda") * 0.5 + 0.5
+    cu = torch.tensor([0, 7, 7, 1500, 2999, 3000], device="cuda")
+    want = linrec.linrec(x, c, reverse=True, cu_seqlens=cu)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = linrec.linrec(x, c, reverse=True, cu_seqlens=cu)
+    y.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, want)
+
+
 def check_ops_with_cuts(fwd, bwd, shape, dim, values, coeffs, reverse, segments, tol, device, seed=0):
     """fwd(x, c, cuts) and bwd(dy, c, y, cuts) against the segments' float64 loops; outputs poisoned."""
     rng = random.Random(seed)

@@ -80,13 +80,16 @@ def segment_initial(initial, inputs: torch.Tensor, dim: int, num_segments: int):
 
 def cut_flags(cu_seqlens, length: int, reverse: bool, device) -> torch.Tensor:
     """The kernels' flags, one a step, set at each segment's first step in scan order: its start,
-    or with reverse its last step. Two or three small kernels on CUDA: under a CUDA graph each
-    costs a few µs, as much as a scan of a few MB."""
+    or with reverse its last step. Three or four small kernels on CUDA (each costs about 2 µs
+    under a CUDA graph, the time a scan takes over a few MB)."""
     # An empty segment's flag lands on the next segment's first step (or, with reverse, the last
     # step of the one before), which is set anyway, or on a scratch slot past the end: its start
-    # is `length` when no step follows it; -1, which indexes the last slot, when none precedes it.
+    # is `length` when no step follows it; with reverse, step -1 (taken modulo length + 1) when
+    # none precedes it. index_fill_ takes int64 indices and the value as a kernel argument (an
+    # index assignment copies it to the device from pageable memory: no CUDA graph captures that).
+    bounds = cu_seqlens.long()
     slots = torch.zeros(length + 1, dtype=torch.bool, device=device)
-    slots[cu_seqlens[1:] - 1 if reverse else cu_seqlens[:-1]] = True
+    slots.index_fill_(0, (bounds[1:] + length).remainder_(length + 1) if reverse else bounds[:-1], True)
     return slots[:length]  # the same start as the tensor: the kernels read the flags 16 bytes at a time
 
 
