@@ -402,8 +402,8 @@ __device__ __forceinline__ void zero_cut(Acc (&v)[E], CutAt cut, int64_t first) 
     if (cut(first + i)) v[i] = Acc(0);
 }
 
-// The cut flags of a thread's E elements from `first`, loaded with its tile (the chained and
-// strided kernels; the tiled ones read bits, PrefetchedCutBits). Flags read one by one where each
+// The cut flags of a thread's E elements from `first`, loaded with its tile (the strided and
+// register-tile chained kernels; the others read bits, PrefetchedCutBits). Flags read one by one where each
 // coefficient is used took packed bf16 rows of 32768 to 0.29-0.66 of copy (H200, H100),
 // against 0.94-1.00 uncut.
 template <int E>
@@ -445,24 +445,30 @@ struct CutFlags {
   }
 };
 
-// The same cuts packed one bit a step, 32 steps a word (bit l % 32 of word l / 32, zero past
-// the end), as the tiled kernels read them: the launch packs them (cut_bits.cuh). A thread's E
-// flags, from its first step in a tile, are one 32-bit load, held as loaded until the tile is
-// taken. The byte flags read into bits at once (CutFlags::load) made each warp of the pipelined
-// kernels wait for that load before it scanned the tile in hand: packed bf16 rows of 32768 ran
-// 1.18x as long as unpacked ones on the H200.
+// The same cuts packed one bit a step, 32 steps a 32-bit word (bit l % 32 of word l / 32; zero
+// past the end, to a whole 64-bit word), as the tile, pipe and staged chained kernels read them:
+// the launch packs them (cut_bits.cuh). A thread's E flags, from its first step in a tile, are
+// one load (a 64-bit word for E = 64), held as loaded until taken. The byte flags read into
+// bits at once (CutFlags::load) made a warp wait for that load where it was issued.
 template <int E>
 struct PrefetchedCutBits {
-  static_assert(E <= 32 && 32 % E == 0, "a thread's flags lie in one word");
-  uint32_t word = 0;
-  // first: this thread's first step in a tile; tiles start at multiples of 32 steps.
+  static_assert(E <= 64 && 64 % E == 0, "a thread's flags lie in one word");
+  using Word = std::conditional_t<(E > 32), uint64_t, uint32_t>;
+  static constexpr int kWordBits = 8 * static_cast<int>(sizeof(Word));
+  Word word = 0;
+  // first: this thread's first step in a tile; tiles start at multiples of kWordBits steps.
   __device__ __forceinline__ void load(const uint32_t* cut_bits, int64_t first, int64_t len) {
-    if (cut_bits != nullptr && first < len) word = cut_bits[first >> 5];  // first >= 0
+    if (cut_bits != nullptr && first < len)
+      word = reinterpret_cast<const Word*>(cut_bits)[static_cast<uint64_t>(first) / kWordBits];  // first >= 0
   }
   __device__ __forceinline__ CutFlags<E> take() const {
-    const uint32_t shift = (threadIdx.x * E) % 32;  // first % 32, as tiles start at multiples of 32
     CutFlags<E> flags;
-    flags.bits = static_cast<typename CutFlags<E>::Bits>((word >> shift) & (E == 32 ? ~0u : (1u << E) - 1u));
+    if constexpr (E == kWordBits) {
+      flags.bits = word;
+    } else {
+      const uint32_t shift = (threadIdx.x * E) % kWordBits;  // first % kWordBits: tiles start at multiples of it
+      flags.bits = static_cast<typename CutFlags<E>::Bits>((word >> shift) & ((Word(1) << E) - 1));
+    }
     return flags;
   }
 };

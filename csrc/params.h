@@ -105,7 +105,7 @@ struct ForwardParams {
   const void* initial = nullptr;  // nullptr: the state starts at zero
   void* outputs = nullptr;
   const uint8_t* cuts = nullptr;    // nullptr: no cut (see CutAt in memio.h)
-  uint32_t* cut_bits = nullptr;     // tile and pipe kernels, with cuts: packed by the launch (PrefetchedCutBits)
+  uint32_t* cut_bits = nullptr;     // tile, pipe, chained kernels, with cuts: packed by the launch (PrefetchedCutBits)
   void* chain_workspace = nullptr;  // chained and strided kernels: cleared by the launch, see lookback.cuh
   ChainSchedule chain_schedule;     // chained kernels only: see lookback.cuh
 };

@@ -246,14 +246,15 @@ __global__ void __launch_bounds__(NT) chained_kernel(const Params p) {
 }
 
 // Packed sequences, in a staged tile of E elements a thread: writes `zero` at element e - shift
-// of the tile for each cut element e of this thread's row (its flags one vector access, a loop
-// over the set ones). Out of line: inlined, the uncut backward paid for it (1 x 2^24 bf16 0.80
-// -> 0.69-0.76 of copy, H100, whether the row's loop was unrolled or not).
+// of the tile for each cut element e of this thread's row (`flags`, loaded before the tile
+// landed; a loop over the set ones). Out of line: inlined, the uncut backward paid for it
+// (1 x 2^24 bf16 0.80 -> 0.69-0.76 of copy, H100, whether the row's loop was unrolled or not).
+// The flags were read here once, after the tile had landed: each block then waited out one more
+// load, and packed bf16 rows of 32768 took 1.15x (forward) and 1.19x (backward) the kernel time
+// of unpacked ones (H200).
 template <typename V, int E, int NT>
-__device__ __noinline__ void cut_staged_row(unsigned char* tile, CutAt cut, int64_t tile_start, int shift, V zero) {
+__device__ __noinline__ void cut_staged_row(unsigned char* tile, CutFlags<E> flags, int shift, V zero) {
   const int row_start = static_cast<int>(threadIdx.x) * E;
-  CutFlags<E> flags;
-  flags.load(cut, tile_start + row_start);
   for (auto bits = static_cast<unsigned long long>(flags.bits); bits != 0; bits &= bits - 1) {
     const int e = row_start + __ffsll(static_cast<long long>(bits)) - 1 - shift;
     if (e >= 0 && e < E * NT) staged_at<V, E>(tile, e) = zero;
@@ -297,9 +298,13 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
   unsigned char* tile_c = staged + kTileBytes;
 
   // Step 1.
+  static_assert(kTileLen % 64 == 0, "PrefetchedCutBits: tiles start at multiples of its word");
+  const int64_t my_first = b.start + static_cast<int64_t>(threadIdx.x) * E;  // this thread's row
   stage_tile<E, NT>(tile_v, b.values, es[B::kV], b.start, b.len, T(from_acc<T>(Acc(0))));
   stage_tile<E, NT>(tile_c, b.c, es[B::kC], b.start, b.len, stored_value<Tc>(Acc(1)));
   cp_async_commit();
+  PrefetchedCutBits<E> row_cuts;  // in flight with the tile
+  row_cuts.load(p.cut_bits, my_first, b.len);
   // Backward, with "next" one step later in the forward direction: the scan's
   // coefficient at l is coeffs[next(l)] (0 past the sequence), and d_coeffs[l]
   // = d_inputs[l] * outputs[prev(l)] (initial before the first). Inside the
@@ -322,7 +327,7 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
   // Packed sequences: cut steps' coefficients read as 0, written into the staged tile (then a
   // barrier, as rows read a neighbour's first element).
   if (p.cuts != nullptr) {
-    cut_staged_row<Tc, E, NT>(tile_c, cut, b.start, 0, stored_value<Tc>(Acc(0)));
+    cut_staged_row<Tc, E, NT>(tile_c, row_cuts.take(), 0, stored_value<Tc>(Acc(0)));
     __syncthreads();
   }
   if constexpr (!kBackward) prefetch_later_tile<kTileLen>(p, b);
@@ -435,11 +440,13 @@ __global__ void __launch_bounds__(NT) chained_staged_kernel(const Params p) {
     unsigned char* tile_y = tile_c;  // the forward's outputs, copied while d_inputs is stored
     stage_tile<E, NT>(tile_y, y, es[kBwdOutputs], b.start, b.len, T(from_acc<T>(Acc(0))));
     cp_async_commit();
+    PrefetchedCutBits<E> y_cuts;  // read again rather than held through the scan
+    y_cuts.load(p.cut_bits, my_first, b.len);
     store_staged_tile<E, NT>(static_cast<T*>(p.d_inputs) + b.off[kBwdDInputs], es[kBwdDInputs], tile_v, b.start, b.len);
     cp_async_wait<0>();
     __syncthreads();
     if (p.cuts != nullptr) {  // a cut step's gradient is 0: the output before it reads as 0
-      cut_staged_row<T, E, NT>(tile_y, cut, b.start, static_cast<int>(fwd_step), from_acc<T>(Acc(0)));
+      cut_staged_row<T, E, NT>(tile_y, y_cuts.take(), static_cast<int>(fwd_step), from_acc<T>(Acc(0)));
       __syncthreads();
     }
     Tc* dc = static_cast<Tc*>(p.d_coeffs) + b.off[kBwdDCoeffs];

@@ -56,11 +56,13 @@ std::optional<Tensor> chain_workspace(const Tensor& like, int64_t bytes) {
   return torch::stable::new_empty(like, std::vector<int64_t>{bytes}, ScalarType::Byte);
 }
 
-// The tile and pipe kernels read packed sequences' cuts as bits (memio.h, PrefetchedCutBits),
-// which the launch packs here; kept alive by the caller.
+// The tile, pipe and chained kernels read packed sequences' cuts as bits (memio.h,
+// PrefetchedCutBits), which the launch packs into this (kernels/primitives/cut_bits.cuh:
+// whole 64-bit words); kept alive by the caller.
 std::optional<Tensor> cut_bits(const Tensor& like, const uint8_t* cuts, int64_t seq_len, KernelKind kind) {
-  if (cuts == nullptr || (kind != KernelKind::kTile && kind != KernelKind::kPipe)) return std::nullopt;
-  return torch::stable::new_empty(like, std::vector<int64_t>{(seq_len + 31) / 32}, ScalarType::Int);
+  if (cuts == nullptr || (kind != KernelKind::kTile && kind != KernelKind::kPipe && kind != KernelKind::kChained))
+    return std::nullopt;
+  return torch::stable::new_empty(like, std::vector<int64_t>{(seq_len + 63) / 64 * 2}, ScalarType::Int);
 }
 
 // Picks the kernel for p's shape (`interleaved`: sequences lie nearer each other in memory
