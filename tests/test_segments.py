@@ -315,12 +315,13 @@ def test_triton_cuts_interpreted(reverse):
 
 # Each CUDA family with cuts: (family, config or None for its default, shape, dim, segments); the
 # chained and strided kernels in registers and staged, their tiles and chunks cut inside and across.
-# The tile and pipe kernels read the cuts as bits, a thread's flags from one word: configs of
-# 4, 8 and 16 steps a thread (8, 4 and 2 threads a word), each memory strategy, odd lengths.
+# The tile, pipe and staged chained kernels read the cuts as bits, a thread's flags from one
+# word: configs of 4 to 64 steps a thread (a 64-bit word at 64), each memory strategy, odd lengths.
 CUT_CASES = [("ref", None, (5, 300), 1, 7), ("tile", None, (5, 2000), 1, 30), ("pipe", None, (3, 9001), 1, 40),
              ("tile", (4, 256, 0, 3), (5, 1001), 1, 20), ("pipe", (4, 64, 0, 3), (3, 9001), 1, 40),
              ("pipe", (8, 64, 2, 3), (3, 5003), 1, 60), ("pipe", (16, 256, 1, 3), (2, 20001), 1, 40),
              ("chained", None, (1, 70001), 1, 50), ("chained", (16, 128, 3, 3), (1, 70001), 1, 50),
+             ("chained", (64, 128, 3, 3), (1, 70001), 1, 50), ("chained", (32, 256, 3, 3), (2, 40001), 1, 30),
              ("strided", None, (3001, 40), 0, 60), ("strided", None, (3001, 64), 0, 60),
              ("strided", (8, 128, 0, 3), (3001, 64), 0, 60), ("packed", None, (100, 77), 1, 9)]
 

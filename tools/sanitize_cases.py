@@ -1,11 +1,11 @@
 """A small set of kernel calls for compute-sanitizer (memcheck, racecheck).
 
 Every kernel family (CUDA and Triton), both directions, partial tiles, misaligned views and aligned
-rows, packed sequences on the tile and pipe kernels, complex storage on the strided, staged chained, tile, packed and ref kernels, fwd and bwd;
-the selective scan at every compiled config, with partial warps, partial chunks, groups and
-per-channel B and C.
+rows; packed sequences on the tile, pipe and staged chained kernels; complex storage on the
+strided, staged chained, tile, packed and ref kernels, fwd and bwd; the selective scan at every
+compiled config, with partial warps, partial chunks, groups and per-channel B and C.
 
-    compute-sanitizer --tool memcheck python -m tools sanitize-cases
+    compute-sanitizer --tool memcheck python -m tools sanitize-cases [--packed-only]
 """
 
 import argparse
@@ -19,16 +19,21 @@ from linrec.impl import cuda, triton
 
 
 def packed_sequences(x, c, reverse):
-    """Packed sequences on every tile and pipe config, which read the cuts packed into bits by a
-    kernel of their own: a length that is no multiple of 32 (a partial last word)."""
-    cuts = cut_flags(torch.tensor([0, 5, 37, 500, x.shape[-1]], device="cuda"), x.shape[-1], reverse, "cuda")
-    for e, t, m, a in linrec.compiled_configs():
-        for kernel in ("tile", "pipe"):
-            if kernel == "tile" and e * t < x.shape[-1]:
+    """Packed sequences on every tile, pipe and staged chained config, which read the cuts packed
+    into bits by a kernel of their own: lengths that are no multiple of 64 (a partial last word);
+    the chained rows span several tiles."""
+    long_x, long_c = (torch.cat([t] * 20, dim=-1) for t in (x, c))
+    for kernel, configs in (("tile", linrec.compiled_configs()), ("pipe", linrec.compiled_configs()),
+                            ("chained", [k for k in linrec.compiled_configs("chained") if k[2] == 3])):
+        xs, cs = (long_x, long_c) if kernel == "chained" else (x, c)
+        length = xs.shape[-1]
+        cuts = cut_flags(torch.tensor([0, 5, 37, 500, length // 2, length], device="cuda"), length, reverse, "cuda")
+        for e, t, m, a in configs:
+            if kernel == "tile" and e * t < length:
                 continue
             config = (FAMILIES[kernel].id, e, t, m, a)
-            y = torch.ops.linrec.linrec_fwd(x, c, None, 1, reverse, *config, False, cuts)
-            torch.ops.linrec.linrec_bwd(torch.randn_like(y), c, y, None, 1, reverse, *config, False, cuts)
+            y = torch.ops.linrec.linrec_fwd(xs, cs, None, 1, reverse, *config, False, cuts)
+            torch.ops.linrec.linrec_bwd(torch.randn_like(y), cs, y, None, 1, reverse, *config, False, cuts)
 
 
 def main(argv=None) -> int:
