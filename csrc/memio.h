@@ -403,9 +403,9 @@ __device__ __forceinline__ void zero_cut(Acc (&v)[E], CutAt cut, int64_t first) 
 }
 
 // The cut flags of a thread's E elements from `first`, loaded with its tile (the strided and
-// register-tile chained kernels; the others read bits, PrefetchedCutBits). Flags read one by one where each
-// coefficient is used took packed bf16 rows of 32768 to 0.29-0.66 of copy (H200, H100),
-// against 0.94-1.00 uncut.
+// register-tile chained kernels; the others read bits, PrefetchedCutBits). Flags read one by
+// one where each coefficient is used took packed bf16 rows of 32768 to 0.29-0.66 of copy
+// (H200, H100), against 0.94-1.00 uncut.
 template <int E>
 struct CutFlags {
   static_assert(E <= 64, "one bit an element");

@@ -56,9 +56,10 @@ std::optional<Tensor> chain_workspace(const Tensor& like, int64_t bytes) {
   return torch::stable::new_empty(like, std::vector<int64_t>{bytes}, ScalarType::Byte);
 }
 
-// The tile, pipe and chained kernels read packed sequences' cuts as bits (memio.h,
+// The tile, pipe and staged chained kernels read packed sequences' cuts as bits (memio.h,
 // PrefetchedCutBits), which the launch packs into this (kernels/primitives/cut_bits.cuh:
-// whole 64-bit words); kept alive by the caller.
+// whole 64-bit words; chained calls at register-tile configs, which read the bytes, get it
+// too); kept alive by the caller.
 std::optional<Tensor> cut_bits(const Tensor& like, const uint8_t* cuts, int64_t seq_len, KernelKind kind) {
   if (cuts == nullptr || (kind != KernelKind::kTile && kind != KernelKind::kPipe && kind != KernelKind::kChained))
     return std::nullopt;

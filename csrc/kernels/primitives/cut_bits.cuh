@@ -1,6 +1,7 @@
 // Packing the cuts of packed sequences (one byte a step, memio.h's CutAt) into bits, one a
-// step and 32 a word, for the tiled kernels (memio.h's PrefetchedCutBits). Launched before
-// the scan as the workspace clear is (workspace.cuh): the scan starts at once and waits for it.
+// step and 32 a word, for the tile, pipe and staged chained kernels (memio.h's
+// PrefetchedCutBits). Launched before the scan as the workspace clear is (workspace.cuh): the
+// scan starts at once and waits for it.
 #pragma once
 #include <cuda_runtime.h>
 
