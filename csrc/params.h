@@ -13,6 +13,10 @@
 
 namespace linrec {
 
+// 32-bit words of cut bits (ForwardParams::cut_bits) for `len` steps: whole 64-bit words, which
+// the kernels may read. The op allocates them; the launch packs them (kernels/primitives/cut_bits.cuh).
+constexpr int64_t cut_bit_words(int64_t len) { return (len + 63) / 64 * 2; }
+
 // Sequence dimensions left after merging adjacent dims whose strides allow it.
 // More than this after merging is an exotic layout: the op copies it instead.
 constexpr int kMaxSeqDims = 6;

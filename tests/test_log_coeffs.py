@@ -8,7 +8,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 import linrec
-from reference import reference_with_grads, rel_error
+from reference import poison, reference_with_grads, rel_error
 
 # (inputs dtype, log-coefficients dtype, relative tolerance)
 LOG_STORAGES = [
@@ -131,6 +131,26 @@ def test_gpu_families(values, coeffs, tol, reverse):
         blocks = [torch.full((2 * 3 * 70001,), float("nan"), device="cuda") for _ in range(6)]
         del blocks
         check_against_loop(fn, shape, dim, reverse, values, coeffs, tol, "cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("values,coeffs,tol", LOG_STORAGES, ids=STORAGE_IDS)
+def test_gpu_long_memory(values, coeffs, tol):
+    """Decays near 1 (log c in (-1e-3, 0)), so that each output sums thousands of steps: the
+    error of each exp the kernels take compounds along the product, and must stay within the
+    storage's tolerance (float32: 1e-4, for thousands of steps of float32 rounding). Every CUDA
+    family but packed (its sequences are short), and Triton."""
+    g = torch.Generator().manual_seed(1)
+    for name, fn, shape, dim in gpu_families():
+        if name == "packed":
+            continue
+        x = torch.randn(shape, generator=g).to(values)
+        log_c = (-1e-3 * torch.rand(shape, generator=g)).to(coeffs)
+        poison("cuda", 4 * x.numel())
+        y = fn(x.cuda(), log_c.cuda(), False, dim=dim, log_coeffs=True)
+        want = reference_with_grads(x.double(), log_c.double().exp(), torch.zeros(shape, dtype=torch.float64),
+                                    False, dim)[0]
+        assert rel_error(y.cpu(), want) < max(tol, 1e-4), name
 
 
 @pytest.mark.gpu

@@ -10,7 +10,8 @@ Usage: python -m tools config-sweep packed  [--seqs 13200] [--lengths 4 5 6 7 8 
        python -m tools config-sweep chained [--shapes 1x22 1x24 4x22 1x26] [--registers]
 --channels lays each shape out channel-last, (length, sequences) scanned over dim 0 (the strided
 family's layout); --segments cuts every sequence into packed segments of lengths drawn
-log-uniformly from 64 to 8192 (the bench's varlen packing), timed with the ops' cuts.
+log-uniformly from 64 to 8192 (the bench's varlen packing), timed with the ops' cuts. --log
+passes the coefficients as log c (log_coeffs=True).
 --dtypes takes complex64 / complex128 too (the configs compiled for complex storage; rows of
 zero imaginary part, which time as any other).
 """
@@ -67,6 +68,7 @@ def main(argv=None) -> int:
     parser.add_argument("--registers", action="store_true", help="chained: the register-tile configs too")
     parser.add_argument("--channels", action="store_true", help="(length, sequences) over dim 0")
     parser.add_argument("--segments", action="store_true", help="packed segments of 64..8192 steps")
+    parser.add_argument("--log", action="store_true", help="coefficients as log c (log_coeffs=True)")
     args = parser.parse_args(argv)
     kid = KERNEL_IDS[args.kernel]
     if args.kernel != "chained":
@@ -78,24 +80,26 @@ def main(argv=None) -> int:
         for seqs, length in shapes:
             shape, dim = ((length, seqs), 0) if args.channels else ((seqs, length), -1)
             x = torch.randn(shape, device="cuda").to(dtype)
-            c = (torch.rand(shape, device="cuda") * 0.5 + 0.5).to(dtype)
+            c = torch.rand(shape, device="cuda") * 0.5 + 0.5
+            c = (c.log() if args.log else c).to(dtype)
             cuts = (cut_flags(log_uniform_segments(length, 64, 8192).cuda(), length, False, "cuda")
                     if args.segments else None)
-            y = torch.ops.linrec.linrec_fwd(x, c, None, dim, False, 0, 0, 0, 0, 0, False, cuts)
+            y = torch.ops.linrec.linrec_fwd(x, c, None, dim, False, 0, 0, 0, 0, 0, args.log, cuts)
             dy = torch.randn_like(y)
             fwd_args, bwd_args = cycled([x, c], args.cold), cycled([dy, c, y], args.cold)
             add = kernel_us(lambda: torch.add(*fwd_args()), args.reps, "")
-            row = [f"{str(dtype)[6:]:8s} {' x '.join(map(str, shape))} dim {dim}  add {add:6.1f}"]
+            row = [f"{str(dtype)[6:]:8s}{' log' if args.log else ''} {' x '.join(map(str, shape))} dim {dim}  "
+                   f"add {add:6.1f}"]
             for e, t, m, a in configs(args.kernel, dtype, args.registers):
                 if not fits(args.kernel, length, (e, t)):
                     continue
                 name = f"{e}x{t}" + ("s" if m == STAGED else "")
                 try:
                     fwd = kernel_us(lambda: torch.ops.linrec.linrec_fwd(*fwd_args(), None, dim, False, kid, e, t, m, a,
-                                                                        False, cuts),
+                                                                        args.log, cuts),
                                     args.reps, KERNEL_NAMES[args.kernel])
                     bwd = kernel_us(lambda: torch.ops.linrec.linrec_bwd(*bwd_args(), None, dim, False, kid, e, t, m, a,
-                                                                        False, cuts),
+                                                                        args.log, cuts),
                                     args.reps, KERNEL_NAMES[args.kernel])
                 except RuntimeError as err:  # a staged config whose block does not fit: named, not timed
                     row.append(f"{name} ({str(err)[:40]})")

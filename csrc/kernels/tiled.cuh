@@ -145,9 +145,12 @@ constexpr TileConfig kConfigOf{E, NT, static_cast<MemCode>(M), static_cast<AlgoC
 // 16384: 104.4 / 203.6 / 398.3 / 784.0 -> 96.5 / 185.5 / 371.1 / 744.4) and for float32 at 64
 // threads a block and up to 8 elements a thread (H200, 13200 x 16384: 8x64 1216 -> 1093 us,
 // 4x64 1273 -> 1257). float32 16x64 needs 176 registers instead of 159 for it and lost 1% at 8192.
+// The one-tile backward does the same for 16-bit values: otherwise its block waits out a second
+// load after the scan (H200, bf16 13200 x 1024 at 16x64: 51.2 us against 20.0 forward).
 template <typename St, Schedule S, int E, int NT, int M>
-constexpr bool kLoadsOutputsEarly = S == Schedule::kPipe && static_cast<MemCode>(M) != MemCode::kCoalesced &&
-                                   (sizeof(values_t<St>) == 2 || (sizeof(values_t<St>) == 4 && NT == 64 && E <= 8));
+constexpr bool kLoadsOutputsEarly =
+    static_cast<MemCode>(M) != MemCode::kCoalesced &&
+    (sizeof(values_t<St>) == 2 || (S == Schedule::kPipe && sizeof(values_t<St>) == 4 && NT == 64 && E <= 8));
 
 // Occupancy targets (blocks a multiprocessor, __launch_bounds__' second argument) for the float32
 // pipe kernels at 4 elements a thread and 256 threads a block: their tiles are small, so bytes in

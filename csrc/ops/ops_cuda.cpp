@@ -57,13 +57,13 @@ std::optional<Tensor> chain_workspace(const Tensor& like, int64_t bytes) {
 }
 
 // The tile, pipe and staged chained kernels read packed sequences' cuts as bits (memio.h,
-// PrefetchedCutBits), which the launch packs into this (kernels/primitives/cut_bits.cuh:
-// whole 64-bit words; chained calls at register-tile configs, which read the bytes, get it
-// too); kept alive by the caller.
+// PrefetchedCutBits), which the launch packs into this (kernels/primitives/cut_bits.cuh;
+// chained calls at register-tile configs, which read the bytes, get it too); kept alive by
+// the caller.
 std::optional<Tensor> cut_bits(const Tensor& like, const uint8_t* cuts, int64_t seq_len, KernelKind kind) {
   if (cuts == nullptr || (kind != KernelKind::kTile && kind != KernelKind::kPipe && kind != KernelKind::kChained))
     return std::nullopt;
-  return torch::stable::new_empty(like, std::vector<int64_t>{(seq_len + 63) / 64 * 2}, ScalarType::Int);
+  return torch::stable::new_empty(like, std::vector<int64_t>{cut_bit_words(seq_len)}, ScalarType::Int);
 }
 
 // Picks the kernel for p's shape (`interleaved`: sequences lie nearer each other in memory

@@ -8,12 +8,10 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "../../params.h"
 #include "grid_launch.cuh"
 
 namespace linrec {
-
-// 32-bit words of bits for `len` steps: whole 64-bit words, which the kernels may read.
-constexpr int64_t cut_bit_words(int64_t len) { return (len + 63) / 64 * 2; }
 
 // Each warp reads 32 consecutive flags and writes their ballot as one word; bits past the end are 0.
 __global__ void __launch_bounds__(256) pack_cut_bits_kernel(const uint8_t* cuts, uint32_t* bits, int64_t len) {
