@@ -26,12 +26,14 @@ from linrec._registry import FAMILIES
 from linrec._segments import cut_flags
 from linrec.bench import copies_past_l2, log_uniform_segments
 from linrec.tune_table import fits
+from linrec.tuning import MEMCODES
 from tools.kernel_times import kernel_medians
 
 KERNEL_IDS = {name: family.id for name, family in FAMILIES.items() if family.has_configs}
 # What the kernels' names contain (pipe is the tile template with another schedule).
 KERNEL_NAMES = {"tile": "tile", "pipe": "tile", "chained": "chained", "strided": "strided", "packed": "packed"}
-STAGED = 3
+STAGED = MEMCODES["staged"]
+MEMCODE_NAMES = {code: name for name, code in MEMCODES.items()}
 
 
 def configs(kernel, dtype, registers=False):
@@ -93,7 +95,7 @@ def main(argv=None) -> int:
             for e, t, m, a in configs(args.kernel, dtype, args.registers):
                 if not fits(args.kernel, length, (e, t)):
                     continue
-                name = f"{e}x{t}" + ("s" if m == STAGED else "")
+                name = f"{e}x{t} {MEMCODE_NAMES[m]}"
                 try:
                     fwd = kernel_us(lambda: torch.ops.linrec.linrec_fwd(*fwd_args(), None, dim, False, kid, e, t, m, a,
                                                                         args.log, cuts),
