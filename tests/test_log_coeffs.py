@@ -133,24 +133,32 @@ def test_gpu_families(values, coeffs, tol, reverse):
         check_against_loop(fn, shape, dim, reverse, values, coeffs, tol, "cuda")
 
 
+def check_long_memory(fn, shape, dim, values, coeffs, tol, device):
+    """Decays near 1 (log c in (-1e-3, 0)), so that each output sums thousands of steps: the
+    error of each exp the kernels take compounds along the product, and must stay within the
+    storage's tolerance (the CPU kernel's float32 error here: about 1e-6)."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(shape, generator=g).to(values)
+    log_c = (-1e-3 * torch.rand(shape, generator=g)).to(coeffs)
+    poison(device, 4 * x.numel())
+    y = fn(x.to(device), log_c.to(device), False, dim=dim, log_coeffs=True)
+    want = reference_with_grads(x.double(), log_c.double().exp(), torch.zeros(shape, dtype=torch.float64), False,
+                                dim)[0]
+    assert rel_error(y.cpu(), want) < tol
+
+
+@pytest.mark.parametrize("values,coeffs,tol", LOG_STORAGES, ids=STORAGE_IDS)
+def test_cpu_long_memory(values, coeffs, tol):
+    check_long_memory(linrec.linrec, (1, 2, 70001), 2, values, coeffs, tol, "cpu")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("values,coeffs,tol", LOG_STORAGES, ids=STORAGE_IDS)
 def test_gpu_long_memory(values, coeffs, tol):
-    """Decays near 1 (log c in (-1e-3, 0)), so that each output sums thousands of steps: the
-    error of each exp the kernels take compounds along the product, and must stay within the
-    storage's tolerance (float32: 1e-4, for thousands of steps of float32 rounding). Every CUDA
-    family but packed (its sequences are short), and Triton."""
-    g = torch.Generator().manual_seed(1)
+    """check_long_memory for every CUDA family but packed (its sequences are short), and Triton."""
     for name, fn, shape, dim in gpu_families():
-        if name == "packed":
-            continue
-        x = torch.randn(shape, generator=g).to(values)
-        log_c = (-1e-3 * torch.rand(shape, generator=g)).to(coeffs)
-        poison("cuda", 4 * x.numel())
-        y = fn(x.cuda(), log_c.cuda(), False, dim=dim, log_coeffs=True)
-        want = reference_with_grads(x.double(), log_c.double().exp(), torch.zeros(shape, dtype=torch.float64),
-                                    False, dim)[0]
-        assert rel_error(y.cpu(), want) < max(tol, 1e-4), name
+        if name != "packed":
+            check_long_memory(fn, shape, dim, values, coeffs, tol, "cuda")
 
 
 @pytest.mark.gpu
